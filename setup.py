@@ -1,0 +1,24 @@
+"""tb-reduce: serve profiler traces that are too big to open, reduced, in TensorBoard."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tb-reduce-plugin",
+    version="0.1.0",
+    description="Reduce profiler traces (Chrome JSON, PyTorch, JAX/XProf) that are too big to open",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["tb_reduce_plugin", "tb_reduce_plugin.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "numpy>=1.24",
+        "msgspec>=0.18",
+        "orjson>=3.8",
+        "isal>=1.6",
+    ],
+    extras_require={
+        "test": ["pytest>=7.4", "hypothesis>=6.80", "ruff>=0.4"],
+    },
+    entry_points={"console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"]},
+    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
+)

@@ -1,0 +1,230 @@
+"""Streaming reader for Chrome trace JSON (Object and Array format).
+
+Why not `json.load`: a 1 GB trace becomes ~6 GB of Python objects. Instead the event
+array is cut into blocks of about 16 MB that end on an event boundary, and each block
+is decoded at once by msgspec (C) into whatever the caller asks for — typed structs
+for indexing, raw byte spans for writing events back unchanged.
+
+Finding a boundary without a Python-level tokenizer: candidate cut points are `}`
+followed by `,` and `{` (or the end of the array); a block `[` + text[:cut+1] + `]`
+that decodes is, by construction of JSON from a true event start, cut at a true
+event end, and a candidate inside a string or a nested object fails to decode, so we
+try the previous candidate. Top-level keys other than `traceEvents` are parsed with
+the stdlib decoder; they are small in every real trace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Iterator, List, Optional, TypeVar
+
+import msgspec
+
+from .errors import TraceError
+from .sources import READ_SIZE, TraceStream
+
+T = TypeVar("T")
+Decode = Callable[[bytes], List[T]]
+
+_WS = b" \t\r\n"
+_EVENT_END = re.compile(rb"\}[ \t\r\n]*(?:,[ \t\r\n]*\{|\])")
+_FINAL_END = re.compile(rb"\}[ \t\r\n,]*\Z")
+_MAX_TOP_LEVEL_VALUE = 512 * 1024 * 1024
+_SEARCH_WINDOW = 1024 * 1024
+_TRIES_PER_BLOCK = 16
+
+
+class ChromeJsonReader:
+    """Iterates a Chrome trace's events in decoded blocks; collects top-level keys.
+
+    After iteration: `container` is "object" or "array", `metadata` holds every
+    top-level key except `traceEvents` in file order, `truncated` tells whether the
+    file ended before its event array did (a live writer that died).
+    """
+
+    def __init__(self, stream: TraceStream, block_size: int = READ_SIZE) -> None:
+        self._stream = stream
+        self._block = block_size
+        self._buf = b""
+        self._pos = 0
+        self._eof = False
+        self.container: Optional[str] = None
+        self.metadata: dict[str, Any] = {}
+        self.truncated = False
+        self.block_sizes: list[int] = []
+
+    # ---- buffer management -------------------------------------------------
+    def _fill(self, want: int) -> bool:
+        """Ensure at least `want` unread bytes (or EOF); return False when none left."""
+        while len(self._buf) - self._pos < want and not self._eof:
+            chunk = self._stream.read(max(self._block, want))
+            if not chunk:
+                self._eof = True
+                break
+            self._buf = self._buf[self._pos:] + chunk
+            self._pos = 0
+        return len(self._buf) - self._pos > 0
+
+    def _skip_ws(self, extra: bytes = b"") -> Optional[int]:
+        """Skip whitespace (and `extra` bytes); return the next byte or None at EOF."""
+        skip = _WS + extra
+        while True:
+            if not self._fill(1):
+                return None
+            buf, pos, end = self._buf, self._pos, len(self._buf)
+            while pos < end and buf[pos] in skip:
+                pos += 1
+            self._pos = pos
+            if pos < end:
+                return buf[pos]
+
+    def _top_level_value(self) -> Any:
+        """Decode one JSON value at the cursor with the stdlib decoder."""
+        want = 64 * 1024
+        decoder = json.JSONDecoder()
+        while True:
+            self._fill(want)
+            raw = self._buf[self._pos:self._pos + want]
+            text = raw.decode("utf-8", "surrogateescape")
+            try:
+                value, end = decoder.raw_decode(text)
+            except json.JSONDecodeError as exc:
+                if (self._eof and len(raw) < want) or len(raw) >= _MAX_TOP_LEVEL_VALUE:
+                    raise TraceError(f"not a Chrome trace: malformed JSON ({exc.msg})") from None
+                want = len(raw) * 2
+                continue
+            self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
+            return value
+
+    # ---- public --------------------------------------------------------------
+    def blocks(self, decode: Decode[T]) -> Iterator[List[T]]:
+        """Yield the events block by block, each decoded by `decode(b"[...]")`.
+
+        `decode` must raise `msgspec.DecodeError` (not a subclass) when the text is
+        not a JSON array; other errors propagate.
+        """
+        first = self._skip_ws(b"\xef\xbb\xbf")
+        if first is None:
+            raise TraceError("empty file: no trace events")
+        if first == ord("["):
+            self.container = "array"
+            self._pos += 1
+            yield from self._event_array(decode)
+            return
+        if first != ord("{"):
+            raise TraceError("not a Chrome trace: expected a JSON object or array")
+        self.container = "object"
+        self._pos += 1
+        seen_events = False
+        while True:
+            c = self._skip_ws()
+            if c is None:
+                if seen_events:
+                    self.truncated = True
+                    return
+                raise TraceError("not a Chrome trace: the JSON object ends early")
+            if c == ord("}"):
+                self._pos += 1
+                break
+            if c == ord(","):
+                self._pos += 1
+                continue
+            key = self._top_level_value()
+            if not isinstance(key, str) or self._skip_ws() != ord(":"):
+                raise TraceError("not a Chrome trace: malformed top-level object")
+            self._pos += 1
+            if key == "traceEvents" and not seen_events:
+                if self._skip_ws() != ord("["):
+                    raise TraceError("not a Chrome trace: traceEvents is not a list")
+                self._pos += 1
+                seen_events = True
+                yield from self._event_array(decode)
+                if self.truncated:
+                    return
+            else:
+                self._skip_ws()
+                self.metadata[key] = self._top_level_value()
+        if not seen_events:
+            raise TraceError("not a Chrome trace: no traceEvents list among the top-level keys")
+
+    def _event_array(self, decode: Decode[T]) -> Iterator[List[T]]:
+        while True:
+            c = self._skip_ws(b",")
+            if c is None:
+                self.truncated = True
+                return
+            if c == ord("]"):
+                self._pos += 1
+                return
+            self._fill(self._block)
+            block = self._decode_block(decode)
+            if block is None:
+                if not self._eof:
+                    self._fill(2 * (len(self._buf) - self._pos))
+                    continue
+                # A truncated file: only an incomplete last event is lost.
+                self.truncated = True
+                return
+            self.block_sizes.append(len(block))
+            yield block
+
+    def _decode_block(self, decode: Decode[T]) -> Optional[List[T]]:
+        """Decode the longest prefix of complete events found by trying candidates.
+
+        Returns None when more data is needed (or, at EOF, when only an incomplete
+        event is left: the file was truncated).
+        """
+        buf, pos, end = self._buf, self._pos, len(self._buf)
+        for tries, cut in enumerate(self._candidates(buf, pos, end)):
+            if tries >= _TRIES_PER_BLOCK:
+                break
+            try:
+                events = decode(b"[" + buf[pos:cut] + b"]")
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError:
+                continue
+            self._pos = cut
+            return events
+        return self._probe(decode, buf, pos, end)
+
+    def _probe(self, decode: Decode[T], buf: bytes, pos: int, end: int) -> Optional[List[T]]:
+        """Let the decoder say where the text stops being an event list.
+
+        msgspec reports "truncated" (need more bytes), "trailing characters (byte N)"
+        (the array closed at N: decode up to there) or another malformation at N.
+        """
+        text = b"[" + buf[pos:end]
+        try:
+            msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            msg = str(exc)
+        else:  # the array closed exactly at the end of the buffer
+            msg = f"trailing characters (byte {len(text)})"
+        if "truncated" in msg:
+            return None
+        m = re.search(r"\(byte (\d+)\)", msg)
+        if m and "trailing characters" in msg:
+            n = len(text[: int(m.group(1)) - 1].rstrip(_WS))  # msgspec counts from 1
+            events = decode(text[:n])
+            self._pos = pos + n - 2  # at the closing "]"
+            return events
+        where = f" at byte {self._stream.inflated - (len(buf) - pos) + int(m.group(1)) - 1:,}" if m else ""
+        reason = msg.split(" (byte")[0]
+        raise TraceError(f"malformed JSON in the event list{where}: {reason}")
+
+    def _candidates(self, buf: bytes, pos: int, end: int) -> Iterator[int]:
+        """Cut points (exclusive ends), from the last one back: `}` then `,{` or `]`."""
+        if self._eof:
+            m = _FINAL_END.search(buf, max(pos, end - 4096), end)
+            if m:
+                yield m.start() + 1
+        hi = end
+        while hi > pos:
+            lo = max(pos, hi - _SEARCH_WINDOW)
+            hits = [m.start() + 1 for m in _EVENT_END.finditer(buf, lo, min(end, hi + 64))]
+            for cut in reversed(hits):
+                if cut <= hi:
+                    yield cut
+            hi = lo

@@ -1,0 +1,296 @@
+"""The one event model: a columnar table every input format converts into.
+
+Per event (index = position in the input's event list): phase code, ts and dur in µs
+(float64, NaN when absent), track id (an interned `(pid, tid)`), name id, category
+id, and for the few phases that need them a flow key, a binding-point flag and an
+instant scope. Counter samples live in a side table (event, series, value).
+
+Columns are numpy arrays so reduction is vectorised; strings are interned once per
+distinct value. The original JSON of each event is not held in memory: it is
+reachable by index by streaming the file again (`writer`), which keeps memory
+bounded by the columns (~40 bytes an event) rather than the trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Hashable, Iterable, Union
+
+import msgspec
+import numpy as np
+
+NAN = float("nan")
+
+
+_PH_CODES = {chr(c): c for c in range(1, 128)}
+
+
+def ph_codes(phs: Iterable[str], count: int) -> np.ndarray:
+    """One byte per phase letter; 0 for a missing or unknown phase (C-speed map)."""
+    return np.fromiter(map(_PH_CODES.get, phs, itertools.repeat(0)), dtype=np.uint8, count=count)
+
+
+PH_X, PH_B, PH_E, PH_M, PH_C = (ord(c) for c in "XBEMC")
+FLOW_PHASES = tuple(ord(c) for c in "stf")
+INSTANT_PHASES = tuple(ord(c) for c in "iIR")
+SCOPE_THREAD, SCOPE_PROCESS, SCOPE_GLOBAL = 0, 1, 2
+
+
+class ChromeEvent(msgspec.Struct, gc=False):
+    """The fields reduction needs; everything else stays in the file."""
+
+    ph: str = ""
+    name: Union[str, int, float, None] = None
+    cat: Union[str, None] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: float = NAN
+    dur: float = NAN
+    id: Union[int, str, None] = None
+    id2: Any = None
+    bp: Union[str, None] = None
+    s: Union[str, None] = None
+    args: msgspec.Raw = msgspec.Raw(b"null")  # decoded only for counters
+
+
+class LenientEvent(msgspec.Struct, gc=False):
+    """Fallback for blocks where some event has unusual types (rare, slow path)."""
+
+    ph: Any = ""
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = NAN
+    dur: Any = NAN
+    id: Any = None
+    id2: Any = None
+    bp: Any = None
+    s: Any = None
+    args: Any = None
+
+
+def _hashable(v: Any) -> Hashable:
+    if v is None or isinstance(v, (str, int, float)):
+        return v
+    return msgspec.json.encode(v).decode()
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool):
+        return NAN
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return NAN
+    return NAN
+
+
+def normalise(ev: LenientEvent) -> ChromeEvent:
+    """Coerce an event with odd types into the typed form (unknowns become absent)."""
+    return ChromeEvent(
+        ph=ev.ph if isinstance(ev.ph, str) else "",
+        name=_hashable(ev.name),
+        cat=ev.cat if isinstance(ev.cat, str) else (None if ev.cat is None else str(_hashable(ev.cat))),
+        pid=_hashable(ev.pid) if not isinstance(ev.pid, float) else str(ev.pid),
+        tid=_hashable(ev.tid) if not isinstance(ev.tid, float) else str(ev.tid),
+        ts=_number(ev.ts),
+        dur=_number(ev.dur),
+        id=_hashable(ev.id) if not isinstance(ev.id, float) else str(ev.id),
+        id2=ev.id2,
+        bp=ev.bp if isinstance(ev.bp, str) else None,
+        s=ev.s if isinstance(ev.s, str) else None,
+        args=msgspec.Raw(msgspec.json.encode(ev.args)),
+    )
+
+
+_typed = msgspec.json.Decoder(list[ChromeEvent], strict=False)
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+_one_lenient = msgspec.json.Decoder(LenientEvent, strict=False)
+
+
+def _lenient_one(raw: msgspec.Raw) -> ChromeEvent:
+    try:
+        return normalise(_one_lenient.decode(raw))
+    except msgspec.ValidationError:  # not an object: an event with no fields
+        return ChromeEvent()
+
+
+def decode_events(text: bytes) -> list[ChromeEvent]:
+    """Decode a block `[...]` of events; blocks with odd types take a slow path.
+
+    Raises `msgspec.DecodeError` only when the text is not a JSON array, which is
+    what the block reader needs to tell a wrong cut from a bad event.
+    """
+    try:
+        return _typed.decode(text)
+    except msgspec.ValidationError:
+        pass
+    return [_lenient_one(r) for r in _raw_list.decode(text)]
+
+
+class Interner:
+    """Maps hashable values to dense ids, in first-seen order."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Hashable, int] = {}
+        self.values: list[Hashable] = []
+
+    def ids_of(self, values: Iterable[Hashable]) -> np.ndarray:
+        """Ids of `values`; runs in C except for the loop over new distinct values.
+
+        `setdefault` with a counter stores, for a new value, BIG + the index of its
+        first occurrence, so new values are found and densified with numpy.
+        """
+        vals = values if isinstance(values, list) else list(values)
+        big = 1 << 40
+        raw = np.fromiter(map(self.ids.setdefault, vals, itertools.count(big)), dtype=np.int64, count=len(vals))
+        fresh = raw >= big
+        if fresh.any():
+            firsts = np.unique(raw[fresh])
+            start = len(self.values)
+            keys = [vals[i] for i in (firsts - big).tolist()]
+            for rank, key in enumerate(keys):
+                self.ids[key] = start + rank
+            self.values.extend(keys)
+            raw[fresh] = start + np.searchsorted(firsts, raw[fresh])
+        return raw.astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _counter_items(raw: msgspec.Raw) -> list[tuple[str, float]]:
+    try:
+        args = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(args, dict):
+        return []
+    out = []
+    for k, v in args.items():
+        x = _number(v) if not isinstance(v, str) else NAN
+        if x == x:
+            out.append((k, x))
+    return out
+
+
+@dataclass
+class EventTable:
+    """Columns of one trace, plus interned strings and counter samples."""
+
+    ph: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    track: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+    flow_key: np.ndarray  # -1 unless a flow event
+    bind_enclosing: np.ndarray  # bool: flow event binds to an enclosing slice
+    scope: np.ndarray  # instant scope kind
+    tracks: list  # track id -> (pid, tid)
+    names: list
+    counter_event: np.ndarray
+    counter_series: np.ndarray
+    counter_value: np.ndarray
+    series: list  # series id -> (pid, name, id, key)
+    block_events: list[int] = field(default_factory=list)
+    block_bytes: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ph)
+
+    def track_pid(self) -> np.ndarray:
+        """Dense id of each track's pid (for process-scoped instants)."""
+        return Interner().ids_of([t[0] for t in self.tracks])
+
+
+class TableBuilder:
+    """Accumulates decoded blocks into columns without per-event Python code."""
+
+    def __init__(self) -> None:
+        self._cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ph", "ts", "dur", "track", "name", "cat", "flow_key", "bind", "scope")}
+        self._tracks = Interner()
+        self._names = Interner()
+        self._cats = Interner()
+        self._flows = Interner()
+        self._series = Interner()
+        self._c_event: list[int] = []
+        self._c_series: list[int] = []
+        self._c_value: list[float] = []
+        self._n = 0
+        self.block_events: list[int] = []
+        self.block_bytes: list[int] = []
+
+    def add(self, events: list[ChromeEvent], nbytes: int = 0) -> None:
+        n = len(events)
+        if not n:
+            return
+        base = self._n
+        self._n += n
+        self.block_events.append(n)
+        self.block_bytes.append(nbytes)
+        ph = ph_codes(map(attrgetter("ph"), events), n)
+        c = self._cols
+        c["ph"].append(ph)
+        c["ts"].append(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n))
+        c["dur"].append(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n))
+        c["track"].append(self._tracks.ids_of(zip(map(attrgetter("pid"), events), map(attrgetter("tid"), events))))
+        c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
+        c["cat"].append(self._cats.ids_of(map(attrgetter("cat"), events)))
+        flow_key = np.full(n, -1, dtype=np.int32)
+        bind = np.zeros(n, dtype=bool)
+        scope = np.zeros(n, dtype=np.uint8)
+        flows = np.flatnonzero(np.isin(ph, FLOW_PHASES)).tolist()
+        if flows:
+            evs = [events[i] for i in flows]
+            flow_key[flows] = self._flows.ids_of([(e.cat, e.id if e.id is not None else _hashable(e.id2)) for e in evs])
+            bind[flows] = [e.ph != "f" or e.bp == "e" for e in evs]
+        instants = np.flatnonzero(np.isin(ph, INSTANT_PHASES)).tolist()
+        if instants:
+            kinds = {"g": SCOPE_GLOBAL, "p": SCOPE_PROCESS}
+            scope[instants] = [kinds.get(events[i].s, SCOPE_THREAD) for i in instants]
+        rows = [
+            (base + i, (_hashable(ev.pid), ev.name, _hashable(ev.id), key), value)
+            for i in np.flatnonzero(ph == PH_C).tolist()
+            if (ev := events[i]).ts == ev.ts
+            for key, value in _counter_items(ev.args)
+        ]
+        if rows:
+            self._c_event.extend(r[0] for r in rows)
+            self._c_series.extend(self._series.ids_of([r[1] for r in rows]).tolist())
+            self._c_value.extend(r[2] for r in rows)
+        c["flow_key"].append(flow_key)
+        c["bind"].append(bind)
+        c["scope"].append(scope)
+
+    def build(self) -> EventTable:
+        def cat(key: str, dtype: Any) -> np.ndarray:
+            parts = self._cols[key]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+        return EventTable(
+            ph=cat("ph", np.uint8),
+            ts=cat("ts", np.float64),
+            dur=cat("dur", np.float64),
+            track=cat("track", np.int32),
+            name=cat("name", np.int32),
+            cat=cat("cat", np.int32),
+            flow_key=cat("flow_key", np.int32),
+            bind_enclosing=cat("bind", bool),
+            scope=cat("scope", np.uint8),
+            tracks=list(self._tracks.values),
+            names=list(self._names.values),
+            counter_event=np.asarray(self._c_event, dtype=np.int64),
+            counter_series=np.asarray(self._c_series, dtype=np.int64),
+            counter_value=np.asarray(self._c_value, dtype=np.float64),
+            series=list(self._series.values),
+            block_events=self.block_events,
+            block_bytes=self.block_bytes,
+        )
+

@@ -1,0 +1,275 @@
+"""Deciding what a reduced trace keeps: a pure function of (event table, level, window).
+
+The rules are SPEC §4 made precise in docs/SEMANTICS.md; every step is vectorised
+over the event columns. The result is a `Plan`: the sorted indices of input events
+to write unchanged (args aside) and the summary slices to add.
+
+Summaries: small slices of a track are sorted by start and cut into groups wherever
+an idle bucket lies between them, or a boundary of a kept slice of that track lies
+in the gap. A small slice that itself straddles a kept boundary is kept instead, so
+no group hull ever contains a kept boundary strictly inside it — summaries nest
+properly even where the input's own slices do not. Comparisons happen on integer
+ranks of the slice endpoints, offset per track, which makes per-track running
+maxima and boundary look-ups single numpy calls over all tracks at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .errors import TraceError
+from .model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable
+from .slices import SliceTable, build_slices
+
+RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}
+LEVELS = (0, 1, 2, 3, 4)
+TOP_NAMES = 5
+
+
+@dataclass
+class Summaries:
+    track: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    count: np.ndarray
+    top: list  # per summary: list of (name id, count)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass
+class Plan:
+    level: int
+    resolution: Optional[int]
+    t0: float
+    t1: float
+    keep: np.ndarray  # sorted input event indices
+    summaries: Summaries
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def bucket_us(self) -> Optional[float]:
+        return (self.t1 - self.t0) / self.resolution if self.resolution else None
+
+    @property
+    def events(self) -> int:
+        return len(self.keep) + len(self.summaries)
+
+
+def _no_summaries() -> Summaries:
+    z = np.zeros(0)
+    return Summaries(z.astype(np.int32), z, z, z.astype(np.int64), [])
+
+
+def default_window(t: EventTable) -> tuple[float, float]:
+    ok = ~np.isnan(t.ts) & (t.ph != PH_M)
+    if not ok.any():
+        return 0.0, 1.0
+    ts = t.ts[ok]
+    dur = np.where(t.ph[ok] == PH_X, np.maximum(np.nan_to_num(t.dur[ok], nan=0.0), 0.0), 0.0)
+    t0, t1 = float(ts.min()), float((ts + dur).max())
+    return (t0, t1) if t1 > t0 else (t0, t0 + 1.0)
+
+
+def slices_of(t: EventTable) -> SliceTable:
+    """Slices are level- and window-independent: computed once per table."""
+    cached = getattr(t, "_slices", None)
+    if cached is None:
+        cached = build_slices(t)
+        object.__setattr__(t, "_slices", cached)
+    return cached
+
+
+class _Buckets:
+    def __init__(self, t0: float, t1: float, r: int) -> None:
+        self.t0, self.t1, self.r = t0, t1, r
+        self.theta = (t1 - t0) / r
+
+    def of(self, t: np.ndarray) -> np.ndarray:
+        b = np.floor((np.asarray(t, dtype=np.float64) - self.t0) / self.theta)
+        return np.clip(b, 0, self.r - 1).astype(np.int64)
+
+    def clipped(self, t: np.ndarray) -> np.ndarray:
+        return self.of(np.clip(t, self.t0, self.t1))
+
+
+def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None) -> Plan:
+    """What to write for `level` over the window (the whole trace by default)."""
+    if level not in LEVELS:
+        raise TraceError(f"level must be one of 0-4 or auto, not {level!r}")
+    d0, d1 = default_window(t)
+    t0 = d0 if start_us is None else float(start_us)
+    t1 = d1 if end_us is None else float(end_us)
+    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
+        raise TraceError(f"the window must have start_us < end_us (got {t0}, {t1})")
+    sl = slices_of(t)
+    n = len(t)
+    has_ts = ~np.isnan(t.ts)
+    in_window = has_ts & (t.ts >= t0) & (t.ts <= t1)
+    overlaps = (sl.start <= t1) & (sl.end >= t0)
+
+    keep = np.zeros(n, dtype=bool)
+    keep[t.ph == PH_M] = True
+    keep[sl.unpaired] = True
+    keep[~has_ts] = True
+    if level == 0:
+        keep |= in_window & ~np.isin(t.ph, (PH_X, PH_B, PH_E))
+        keep[sl.event[overlaps]] = True
+        keep[sl.partner[overlaps & (sl.partner >= 0)]] = True
+        return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
+
+    bk = _Buckets(t0, t1, RESOLUTION[level])
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk)
+    keep[sl.event[kept_slice]] = True
+    keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
+    keep[_counter_keep(t, bk)] = True
+    keep[_instant_keep(t, in_window, bk)] = True
+    keep[_flow_keep(t, sl, kept_slice)] = True
+    handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
+    keep |= in_window & ~handled
+    counter_no_series = (t.ph == PH_C) & in_window
+    counter_no_series[t.counter_event] = False
+    keep |= counter_no_series
+    return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
+
+
+def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets) -> tuple[np.ndarray, Summaries]:
+    """Keep big slices (and straddlers); fold the rest into summaries."""
+    m = len(sl)
+    dur = sl.end - sl.start
+    kept = overlaps & (dur >= bk.theta)
+    if m == 0:
+        return kept, _no_summaries()
+    values = np.unique(np.concatenate((sl.start, sl.end)))
+    k = len(values) + 1
+    key_s = sl.track.astype(np.int64) * k + np.searchsorted(values, sl.start)
+    key_e = sl.track.astype(np.int64) * k + np.searchsorted(values, sl.end)
+
+    while True:  # promote small slices that straddle a kept boundary, to a fixpoint
+        bounds = np.unique(np.concatenate((key_s[kept], key_e[kept])))
+        small = overlaps & ~kept
+        straddle = small & (np.searchsorted(bounds, key_s, "right") < np.searchsorted(bounds, key_e, "left"))
+        if not straddle.any():
+            break
+        kept |= straddle
+
+    idx = np.flatnonzero(overlaps & ~kept)
+    if len(idx) == 0:
+        return kept, _no_summaries()
+    idx = idx[np.lexsort((sl.event[idx], key_s[idx], sl.track[idx]))]
+    ks, ke, trk = key_s[idx], key_e[idx], sl.track[idx]
+    start, end = sl.start[idx], sl.end[idx]
+    prev_max = np.maximum.accumulate(ke)[:-1]
+    prev_end_value = values[np.clip(prev_max - trk[1:].astype(np.int64) * k, 0, len(values) - 1)]
+    gap = ks[1:] >= prev_max
+    idle_between = bk.clipped(start[1:]) > bk.clipped(prev_end_value) + 1
+    boundary_between = np.searchsorted(bounds, prev_max, "left") < np.searchsorted(bounds, ks[1:], "right")
+    new = np.ones(len(idx), dtype=bool)
+    new[1:] = (trk[1:] != trk[:-1]) | (gap & (idle_between | boundary_between))
+    heads = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    return kept, Summaries(
+        track=trk[heads],
+        start=start[heads],
+        end=np.maximum.reduceat(end, heads),
+        count=np.diff(np.append(heads, len(idx))),
+        top=_top_names(group, sl.name[idx], len(heads)),
+    )
+
+
+def _top_names(group: np.ndarray, name: np.ndarray, ngroups: int) -> list:
+    """Per group, the most frequent names (ties: smaller name id, i.e. first seen)."""
+    nn = int(name.max()) + 1
+    combo, counts = np.unique(group.astype(np.int64) * nn + name, return_counts=True)
+    g, nm = combo // nn, combo % nn
+    order = np.lexsort((nm, -counts, g))
+    g, nm, counts = g[order], nm[order], counts[order]
+    rank = np.arange(len(g)) - np.searchsorted(g, g, "left")
+    sel = rank < TOP_NAMES
+    top: list = [[] for _ in range(ngroups)]
+    for gi, ni, ci in zip(g[sel].tolist(), nm[sel].tolist(), counts[sel].tolist()):
+        top[gi].append((ni, ci))
+    return top
+
+
+def _group_firsts(order: np.ndarray, cols: list) -> np.ndarray:
+    first = np.zeros(len(order), dtype=bool)
+    if len(order):
+        first[0] = True
+        for c in cols:
+            cs = c[order]
+            first[1:] |= cs[1:] != cs[:-1]
+    return first
+
+
+def _counter_keep(t: EventTable, bk: _Buckets) -> np.ndarray:
+    """M4-style: per series and bucket the min and max samples; first and last."""
+    ev, series, value = t.counter_event, t.counter_series, t.counter_value
+    ts = t.ts[ev]
+    w = (ts >= bk.t0) & (ts <= bk.t1)
+    ev, series, value, ts = ev[w], series[w], value[w], ts[w]
+    if len(ev) == 0:
+        return ev
+    b = bk.of(ts)
+    out = []
+    for v in (value, -value):
+        order = np.lexsort((ev, ts, v, b, series))
+        out.append(ev[order][_group_firsts(order, [series, b])])
+    order = np.lexsort((ev, ts, series))
+    firsts = _group_firsts(order, [series])
+    out.append(ev[order][firsts])
+    lasts = np.append(firsts[1:], True)
+    out.append(ev[order][lasts])
+    return np.concatenate(out)
+
+
+def _instant_keep(t: EventTable, in_window: np.ndarray, bk: _Buckets) -> np.ndarray:
+    """Per scope (thread, process or global) and bucket, the first instant."""
+    idx = np.flatnonzero(np.isin(t.ph, INSTANT_PHASES) & in_window)
+    if len(idx) == 0:
+        return idx
+    kind = t.scope[idx].astype(np.int64)
+    pid_of_track = t.track_pid()
+    who = np.where(kind == SCOPE_GLOBAL, 0, np.where(kind == SCOPE_PROCESS, pid_of_track[t.track[idx]], t.track[idx]))
+    b = bk.of(t.ts[idx])
+    order = np.lexsort((idx, t.ts[idx], b, who, kind))
+    return idx[order][_group_firsts(order, [kind, who, b])]
+
+
+def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndarray:
+    """Whole flows whose every event lies on a kept slice of its own track.
+
+    "Lies on": a kept slice encloses the event's time, or — for an `f` that binds
+    to the next slice — some kept slice starts at or after it. This keeps every flow
+    whose bound slices are kept, and a flow is written whole or not at all.
+    """
+    fidx = np.flatnonzero(t.flow_key >= 0)
+    kidx = np.flatnonzero(kept_slice)
+    if len(fidx) == 0 or len(kidx) == 0:
+        return fidx[:0]
+    order = np.lexsort((sl.start[kidx], sl.track[kidx]))
+    ktrack, kstart, kend = sl.track[kidx][order], sl.start[kidx][order], sl.end[kidx][order]
+    forder = np.argsort(t.track[fidx], kind="stable")
+    fsorted = fidx[forder]
+    ftrack = t.track[fsorted]
+    ok_sorted = np.zeros(len(fidx), dtype=bool)
+    cuts = np.flatnonzero(np.diff(ftrack)) + 1
+    for lo_f, hi_f in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(ftrack)].tolist()):
+        tr = ftrack[lo_f]
+        a, b = np.searchsorted(ktrack, tr, "left"), np.searchsorted(ktrack, tr, "right")
+        if a == b:
+            continue
+        starts, running_end = kstart[a:b], np.maximum.accumulate(kend[a:b])
+        ts = t.ts[fsorted[lo_f:hi_f]]
+        p = np.searchsorted(starts, ts, "right") - 1
+        enclosing = (p >= 0) & (running_end[np.maximum(p, 0)] >= ts)
+        later = ~t.bind_enclosing[fsorted[lo_f:hi_f]] & (ts <= starts[-1])
+        ok_sorted[lo_f:hi_f] = enclosing | later
+    ok = np.empty(len(fidx), dtype=bool)
+    ok[forder] = ok_sorted
+    bad_flows = np.unique(t.flow_key[fidx[~ok]])
+    return fidx[~np.isin(t.flow_key[fidx], bad_flows)]

@@ -1,0 +1,94 @@
+"""Slices of a trace: `X` events and matched `B`/`E` pairs, as columns.
+
+B/E matching is done without a per-event loop: per track, events sorted by time get
+a stack depth from a cumulative sum reflected at zero (an `E` with nothing open is
+ignored, as a viewer does); within one (track, depth) the `B`s and `E`s then
+alternate, so each `E` closes the `B` just before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import PH_B, PH_E, PH_X, EventTable
+
+
+@dataclass
+class SliceTable:
+    start: np.ndarray  # µs
+    end: np.ndarray  # start + max(dur, 0)
+    track: np.ndarray
+    name: np.ndarray
+    event: np.ndarray  # index of the X or B event
+    partner: np.ndarray  # index of the E event, -1 for X
+    unpaired: np.ndarray  # indices of B/E events that match nothing
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _segment_cummin(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """Running minimum that restarts at every segment start (values are ints)."""
+    if len(values) == 0:
+        return values
+    # Offset each segment far below the previous ones so a global running minimum
+    # never carries across a boundary, then remove the offset again.
+    seg_id = np.cumsum(seg_start) - 1
+    span = int(np.abs(values).max()) * 2 + 2
+    shifted = values - seg_id * span
+    return np.minimum.accumulate(shifted) + seg_id * span
+
+
+def build_slices(t: EventTable) -> SliceTable:
+    has_ts = ~np.isnan(t.ts)
+    xs = np.flatnonzero((t.ph == PH_X) & has_ts)
+    dur_x = np.nan_to_num(t.dur[xs], nan=0.0)
+    x_start = t.ts[xs]
+    x_end = x_start + np.maximum(dur_x, 0.0)
+
+    be = np.flatnonzero(((t.ph == PH_B) | (t.ph == PH_E)) & has_ts)
+    b_idx = e_idx = np.zeros(0, dtype=np.int64)
+    unpaired = np.zeros(0, dtype=np.int64)
+    if len(be):
+        order = np.lexsort((be, t.ts[be], t.track[be]))
+        ev = be[order]
+        trk = t.track[ev]
+        delta = np.where(t.ph[ev] == PH_B, 1, -1).astype(np.int64)
+        seg_start = np.ones(len(ev), dtype=bool)
+        seg_start[1:] = trk[1:] != trk[:-1]
+        seg_id = np.cumsum(seg_start) - 1
+        cs = np.cumsum(delta)
+        cs = cs - np.concatenate(([0], cs))[np.flatnonzero(seg_start)][seg_id]  # per-track cumsum
+        m = np.minimum(_segment_cummin(cs, seg_start), 0)
+        prev_m = np.where(seg_start, 0, np.concatenate(([0], m[:-1])))
+        ignored = (delta < 0) & (cs < prev_m)
+        depth_after = cs - m
+        level = np.where(delta > 0, depth_after, depth_after + 1)
+        live = ~ignored
+        ev_l, trk_l, lvl_l, d_l = ev[live], trk[live], level[live], delta[live]
+        pos = np.arange(len(ev_l))
+        o2 = np.lexsort((pos, lvl_l, trk_l))
+        ev2, d2, trk2, lvl2 = ev_l[o2], d_l[o2], trk_l[o2], lvl_l[o2]
+        closes = np.zeros(len(ev2), dtype=bool)
+        closes[1:] = (d2[1:] < 0) & (d2[:-1] > 0) & (trk2[1:] == trk2[:-1]) & (lvl2[1:] == lvl2[:-1])
+        e_pos = np.flatnonzero(closes)
+        b_idx, e_idx = ev2[e_pos - 1], ev2[e_pos]
+        matched = np.zeros(len(t.ph), dtype=bool)
+        matched[b_idx] = True
+        matched[e_idx] = True
+        unpaired = be[~matched[be]]
+
+    start = np.concatenate((x_start, t.ts[b_idx]))
+    end = np.concatenate((x_end, t.ts[e_idx]))
+    event = np.concatenate((xs, b_idx)).astype(np.int64)
+    return SliceTable(
+        start=start,
+        end=end,
+        track=t.track[event],
+        name=t.name[event],
+        event=event,
+        partner=np.concatenate((np.full(len(xs), -1, dtype=np.int64), e_idx)).astype(np.int64),
+        unpaired=np.sort(unpaired),
+    )

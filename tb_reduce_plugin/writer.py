@@ -1,0 +1,183 @@
+"""Writing a reduced trace: Chrome JSON Object format, streamed, deterministic.
+
+Kept events are copied from a second streaming pass over the input, so level 0 and
+1 write each event's original bytes unchanged, and memory never holds the trace.
+Levels 2–4 re-encode only the kept events whose args they cut or drop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, BinaryIO, Callable, Optional
+
+import msgspec
+import numpy as np
+import orjson
+from isal import igzip
+
+from .chrome_json import ChromeJsonReader
+from .reduction import Plan
+from .sources import TraceStream
+
+STRING_LIMIT = 256
+LIST_LIMIT = 32
+KEPT_ARG_KEYS = ("bind_id", "flow_in", "flow_out")
+SUMMARY_CAT = "tb_reduce.summary"
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+_any = msgspec.json.Decoder()
+
+
+def dumps(value: Any) -> bytes:
+    """orjson, with the stdlib as fallback for what it refuses (ints over 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def cut_value(v: Any) -> tuple[Any, bool]:
+    """Level 2: strings to 256 characters, lists to 32 items, at any depth."""
+    if isinstance(v, str):
+        return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
+    if isinstance(v, list):
+        cut = len(v) > LIST_LIMIT
+        out = []
+        for item in v[:LIST_LIMIT]:
+            item, c = cut_value(item)
+            cut |= c
+            out.append(item)
+        return out, cut
+    if isinstance(v, dict):
+        cut = False
+        d = {}
+        for k, item in v.items():
+            d[k], c = cut_value(item)
+            cut |= c
+        return d, cut
+    return v, False
+
+
+def transform(raw: bytes, level: int) -> bytes:
+    """The event as written at `level` (its original bytes when nothing changes)."""
+    if level <= 1 or b'"args"' not in raw:
+        return raw
+    if level == 2 and len(raw) <= LIST_LIMIT * 2 + 2:
+        return raw
+    ev = _any.decode(raw)
+    if not isinstance(ev, dict) or not isinstance(ev.get("args"), (dict, list)):
+        return raw
+    if level == 2:
+        args, cut = cut_value(ev["args"])
+        if not cut:
+            return raw
+        if isinstance(args, dict):
+            args["tb_reduce.cut"] = True
+        ev["args"] = args
+        return dumps(ev)
+    if ev.get("ph") in ("M", "C"):
+        return raw
+    args = ev.pop("args")
+    kept = {k: args[k] for k in KEPT_ARG_KEYS if isinstance(args, dict) and k in args}
+    if kept:
+        ev["args"] = kept
+    return dumps(ev)
+
+
+def summary_events(plan: Plan, tracks: list, names: list) -> list[bytes]:
+    s = plan.summaries
+    out = []
+    for trk, start, end, count, top in zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), s.top):
+        pid, tid = tracks[trk]
+        top_names = [[_name(names[n]), c] for n, c in top]
+        label = f"{top_names[0][0]} (+{count - 1} more)" if count > 1 else top_names[0][0]
+        out.append(dumps({
+            "ph": "X", "cat": SUMMARY_CAT, "name": label, "pid": pid, "tid": tid,
+            "ts": start, "dur": end - start, "args": {"count": count, "top": top_names},
+        }))
+    return out
+
+
+def _name(n: Any) -> str:
+    return "(unnamed)" if n is None else str(n)
+
+
+class Sink:
+    """Uncompressed-byte counting writer; gzip (mtime 0, no file name) when asked."""
+
+    def __init__(self, fileobj: BinaryIO, gzip: bool) -> None:
+        self._file = fileobj
+        self._gz = igzip.IGzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=2) if gzip else None
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.bytes += len(data)
+        (self._gz or self._file).write(data)
+
+    def close(self) -> None:
+        if self._gz is not None:
+            self._gz.close()
+
+
+def write_trace(
+    src: str,
+    plan: Plan,
+    tracks: list,
+    names: list,
+    metadata: dict,
+    tb_reduce: dict,
+    sink: Sink,
+    max_inflated_bytes: int,
+    progress: Optional[Callable[[int, int], None]] = None,
+    expected_events: Optional[int] = None,
+) -> int:
+    """Stream the reduced trace into `sink`; returns the number of events written."""
+    keep = plan.keep
+    written = 0
+    sink.write(b'{"traceEvents":[\n')
+    sep = b""
+    with TraceStream(src, max_inflated_bytes, progress) as stream:
+        reader = ChromeJsonReader(stream)
+        base = 0
+        for raws in reader.blocks(_raw_list.decode):
+            n = len(raws)
+            lo, hi = np.searchsorted(keep, [base, base + n])
+            if hi > lo:
+                parts = [transform(bytes(raws[i]), plan.level) for i in (keep[lo:hi] - base).tolist()]
+                sink.write(sep + b",\n".join(parts))
+                sep = b",\n"
+                written += len(parts)
+            base += n
+    if expected_events is not None and base != expected_events:
+        raise RuntimeError(f"the input changed while it was reduced ({expected_events} then {base} events)")
+    summaries = summary_events(plan, tracks, names)
+    if summaries:
+        sink.write(sep + b",\n".join(summaries))
+        written += len(summaries)
+    sink.write(b"\n]")
+    for key, value in metadata.items():
+        if key != "tb_reduce":
+            sink.write(b",\n" + dumps(key) + b":" + dumps(value))
+    tb_reduce["output"]["events"] = written
+    sink.write(b',\n"tb_reduce":' + dumps(tb_reduce) + b"}\n")
+    return written
+
+
+def atomic_output(path: str) -> tuple[BinaryIO, Callable[[bool], None]]:
+    """A temp file beside `path`, renamed over it on success, removed on failure."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tb-reduce-", suffix=".part", dir=directory)
+    f = os.fdopen(fd, "wb")
+
+    def finish(ok: bool) -> None:
+        f.close()
+        if ok:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    return f, finish
