@@ -1,0 +1,34 @@
+"""Shared fixtures: where the corpus is, and small helpers to write trace files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def write_trace(path: Path, doc: Any, gz: bool = False, raw: bytes | None = None) -> Path:
+    data = raw if raw is not None else json.dumps(doc).encode()
+    if gz:
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip("../shared/corpus is absent (a user's checkout); CI always has it")
+    return CORPUS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "corpus: runs over the real traces in ../shared/corpus")
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(ROOT / ".hypothesis"))

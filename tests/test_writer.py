@@ -1,0 +1,42 @@
+"""What the writer changes in kept events at each level."""
+
+from __future__ import annotations
+
+import json
+
+from tb_reduce_plugin.writer import cut_value, transform
+
+
+def test_level_0_and_1_write_the_original_bytes() -> None:
+    raw = b'{ "ph":"X", "args": {"s": "' + b"x" * 1000 + b'"} }'
+    assert transform(raw, 0) == raw and transform(raw, 1) == raw
+
+
+def test_level_2_cuts_long_strings_and_lists_at_any_depth_and_marks_the_cut() -> None:
+    ev = {"ph": "X", "name": "n" * 300, "args": {"s": "y" * 300, "l": list(range(40)), "d": {"deep": ["z" * 257]}, "ok": "short"}}
+    out = json.loads(transform(json.dumps(ev).encode(), 2))
+    assert out["name"] == "n" * 300  # only args are cut
+    assert out["args"]["s"] == "y" * 256 + "…"
+    assert out["args"]["l"] == list(range(32))
+    assert out["args"]["d"]["deep"] == ["z" * 256 + "…"]
+    assert out["args"]["ok"] == "short" and out["args"]["tb_reduce.cut"] is True
+
+
+def test_level_2_leaves_events_with_nothing_to_cut_unchanged() -> None:
+    raw = json.dumps({"ph": "X", "args": {"a": "b" * 200, "l": list(range(32))}}).encode()
+    assert transform(raw, 2) == raw
+
+
+def test_levels_3_and_4_drop_args_except_what_draws_or_pairs_events() -> None:
+    x = {"ph": "X", "name": "k", "ts": 1.5, "args": {"grid": [1, 2], "bind_id": 7, "flow_out": True}}
+    c = {"ph": "C", "name": "mem", "ts": 1, "args": {"bytes": 10}}
+    m = {"ph": "M", "name": "thread_name", "args": {"name": "main"}}
+    for level in (3, 4):
+        assert json.loads(transform(json.dumps(x).encode(), level)) == {"ph": "X", "name": "k", "ts": 1.5, "args": {"bind_id": 7, "flow_out": True}}
+        assert json.loads(transform(json.dumps(c).encode(), level)) == c
+        assert json.loads(transform(json.dumps(m).encode(), level)) == m
+
+
+def test_cut_value_reports_whether_anything_was_cut() -> None:
+    assert cut_value({"a": [1, 2], "b": "x"}) == ({"a": [1, 2], "b": "x"}, False)
+    assert cut_value(["a"] * 33)[1] is True
