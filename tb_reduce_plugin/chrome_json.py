@@ -201,7 +201,7 @@ class ChromeJsonReader:
         except msgspec.DecodeError as exc:
             msg = str(exc)
         else:  # the array closed exactly at the end of the buffer
-            msg = f"trailing characters (byte {len(text)})"
+            msg = f"trailing characters (byte {len(text) + 1})"
         if "truncated" in msg:
             return None
         m = re.search(r"\(byte (\d+)\)", msg)

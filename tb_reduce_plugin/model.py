@@ -27,9 +27,15 @@ NAN = float("nan")
 _PH_CODES = {chr(c): c for c in range(1, 128)}
 
 
-def ph_codes(phs: Iterable[str], count: int) -> np.ndarray:
-    """One byte per phase letter; 0 for a missing or unknown phase (C-speed map)."""
-    return np.fromiter(map(_PH_CODES.get, phs, itertools.repeat(0)), dtype=np.uint8, count=count)
+def ph_codes(phs: list[str]) -> np.ndarray:
+    """One byte per phase letter; 0 for a missing or unknown phase.
+
+    Fast path: when every phase is one ASCII letter, joining them is one C call.
+    """
+    joined = "".join(phs)
+    if len(joined) == len(phs) and joined.isascii():
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy()
+    return np.fromiter(map(_PH_CODES.get, phs, itertools.repeat(0)), dtype=np.uint8, count=len(phs))
 
 
 PH_X, PH_B, PH_E, PH_M, PH_C = (ord(c) for c in "XBEMC")
@@ -216,6 +222,8 @@ class TableBuilder:
     def __init__(self) -> None:
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ph", "ts", "dur", "track", "name", "cat", "flow_key", "bind", "scope")}
         self._tracks = Interner()
+        self._pids = Interner()
+        self._tids = Interner()
         self._names = Interner()
         self._cats = Interner()
         self._flows = Interner()
@@ -235,12 +243,12 @@ class TableBuilder:
         self._n += n
         self.block_events.append(n)
         self.block_bytes.append(nbytes)
-        ph = ph_codes(map(attrgetter("ph"), events), n)
+        ph = ph_codes(list(map(attrgetter("ph"), events)))
         c = self._cols
         c["ph"].append(ph)
         c["ts"].append(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n))
         c["dur"].append(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n))
-        c["track"].append(self._tracks.ids_of(zip(map(attrgetter("pid"), events), map(attrgetter("tid"), events))))
+        c["track"].append(self._track_ids(events))
         c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
         c["cat"].append(self._cats.ids_of(map(attrgetter("cat"), events)))
         flow_key = np.full(n, -1, dtype=np.int32)
@@ -268,6 +276,15 @@ class TableBuilder:
         c["flow_key"].append(flow_key)
         c["bind"].append(bind)
         c["scope"].append(scope)
+
+    def _track_ids(self, events: list[ChromeEvent]) -> np.ndarray:
+        """Track ids without building a (pid, tid) tuple per event: intern pids and
+        tids apart, then intern only the distinct pairs of the block."""
+        pid = self._pids.ids_of(list(map(attrgetter("pid"), events))).astype(np.int64)
+        tid = self._tids.ids_of(list(map(attrgetter("tid"), events))).astype(np.int64)
+        pairs, inverse = np.unique((pid << 32) | tid, return_inverse=True)
+        keys = [(self._pids.values[p >> 32], self._tids.values[p & 0xFFFFFFFF]) for p in pairs.tolist()]
+        return self._tracks.ids_of(keys)[inverse.reshape(-1)]
 
     def build(self) -> EventTable:
         def cat(key: str, dtype: Any) -> np.ndarray:

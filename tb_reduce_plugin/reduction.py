@@ -241,18 +241,20 @@ def _instant_keep(t: EventTable, in_window: np.ndarray, bk: _Buckets) -> np.ndar
 
 
 def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndarray:
-    """Whole flows whose every event lies on a kept slice of its own track.
+    """Whole flows whose every event binds to a kept slice of its own track.
 
-    "Lies on": a kept slice encloses the event's time, or — for an `f` that binds
-    to the next slice — some kept slice starts at or after it. This keeps every flow
-    whose bound slices are kept, and a flow is written whole or not at all.
+    Binding (docs/SEMANTICS.md): `s`, `t` and `f` with `bp: e` bind to the deepest
+    slice enclosing their time — the latest-starting one, shortest on ties — and
+    other `f` to the first slice starting at or after it. When the latest-starting
+    slice does not enclose the time (the event sits between siblings), the event is
+    taken as bound to a kept slice iff any kept slice encloses it. A flow is written
+    whole or not at all, so no end ever dangles.
     """
     fidx = np.flatnonzero(t.flow_key >= 0)
-    kidx = np.flatnonzero(kept_slice)
-    if len(fidx) == 0 or len(kidx) == 0:
+    if len(fidx) == 0 or not kept_slice.any():
         return fidx[:0]
-    order = np.lexsort((sl.start[kidx], sl.track[kidx]))
-    ktrack, kstart, kend = sl.track[kidx][order], sl.start[kidx][order], sl.end[kidx][order]
+    order = np.lexsort((-sl.end, sl.start, sl.track))
+    strack, sstart, send, skept = sl.track[order], sl.start[order], sl.end[order], kept_slice[order]
     forder = np.argsort(t.track[fidx], kind="stable")
     fsorted = fidx[forder]
     ftrack = t.track[fsorted]
@@ -260,15 +262,31 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
     cuts = np.flatnonzero(np.diff(ftrack)) + 1
     for lo_f, hi_f in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(ftrack)].tolist()):
         tr = ftrack[lo_f]
-        a, b = np.searchsorted(ktrack, tr, "left"), np.searchsorted(ktrack, tr, "right")
+        a, b = np.searchsorted(strack, tr, "left"), np.searchsorted(strack, tr, "right")
         if a == b:
             continue
-        starts, running_end = kstart[a:b], np.maximum.accumulate(kend[a:b])
+        starts, ends, kept = sstart[a:b], send[a:b], skept[a:b]
         ts = t.ts[fsorted[lo_f:hi_f]]
+        enclosing_kind = t.bind_enclosing[fsorted[lo_f:hi_f]]
+        # Enclosing binding: the latest-starting slice, if it encloses ts.
         p = np.searchsorted(starts, ts, "right") - 1
-        enclosing = (p >= 0) & (running_end[np.maximum(p, 0)] >= ts)
-        later = ~t.bind_enclosing[fsorted[lo_f:hi_f]] & (ts <= starts[-1])
-        ok_sorted[lo_f:hi_f] = enclosing | later
+        pc = np.maximum(p, 0)
+        direct = (p >= 0) & (ends[pc] >= ts)
+        ok = direct & kept[pc]
+        between = (p >= 0) & ~direct
+        if between.any():
+            k_starts, k_run_end = starts[kept], np.maximum.accumulate(ends[kept]) if kept.any() else ends[:0]
+            q = np.searchsorted(k_starts, ts[between], "right") - 1
+            ok[between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts[between]) if len(k_starts) else False
+        # Next-slice binding for `f` without `bp: e`.
+        nxt = np.searchsorted(starts, ts, "left")
+        has_next = nxt < len(starts)
+        nc = np.minimum(nxt, len(starts) - 1)
+        first_start = starts[nc]
+        last_same = np.searchsorted(starts, first_start, "right")
+        kept_cum = np.concatenate(([0], np.cumsum(kept)))
+        next_ok = has_next & (kept_cum[last_same] - kept_cum[nc] > 0)
+        ok_sorted[lo_f:hi_f] = np.where(enclosing_kind, ok, next_ok)
     ok = np.empty(len(fidx), dtype=bool)
     ok[forder] = ok_sorted
     bad_flows = np.unique(t.flow_key[fidx[~ok]])

@@ -24,9 +24,37 @@ class SliceTable:
     event: np.ndarray  # index of the X or B event
     partner: np.ndarray  # index of the E event, -1 for X
     unpaired: np.ndarray  # indices of B/E events that match nothing
+    order: np.ndarray  # slice indices sorted by (track, start, longest first): per-track order
+    depth: np.ndarray  # nesting depth on its track: slices open when it starts
 
     def __len__(self) -> int:
         return len(self.start)
+
+
+def nesting(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-track order and nesting depth by a vectorised sweep.
+
+    Starts count +1 and ends −1; at equal times ends go first (a slice that ends
+    where the next begins is its sibling) and, among starts, longer slices first
+    (a parent before its child). The running sum at a start, minus one, is the
+    number of slices open around it: its depth when slices nest properly.
+    """
+    m = len(start)
+    order = np.lexsort((-end, start, track))
+    if m == 0:
+        return order, np.zeros(0, dtype=np.int32)
+    times = np.concatenate((start, end))
+    kind = np.concatenate((np.ones(m, np.int8), np.zeros(m, np.int8)))  # 0 = end first
+    length = np.concatenate((-(end - start), np.zeros(m)))
+    trk = np.concatenate((track, track))
+    sweep = np.lexsort((length, kind, times, trk))
+    # Every track's starts and ends balance, so the global running sum is already
+    # zero at each track's first event: no per-track reset needed.
+    running = np.cumsum(np.where(kind[sweep] == 1, 1, -1))
+    depth = np.empty(m, dtype=np.int32)
+    is_start = sweep < m
+    depth[sweep[is_start]] = np.maximum(running[is_start] - 1, 0)
+    return order, depth
 
 
 def _segment_cummin(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
@@ -83,7 +111,10 @@ def build_slices(t: EventTable) -> SliceTable:
     start = np.concatenate((x_start, t.ts[b_idx]))
     end = np.concatenate((x_end, t.ts[e_idx]))
     event = np.concatenate((xs, b_idx)).astype(np.int64)
+    order, depth = nesting(t.track[event], start, end)
     return SliceTable(
+        order=order,
+        depth=depth,
         start=start,
         end=end,
         track=t.track[event],

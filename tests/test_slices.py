@@ -79,3 +79,18 @@ def test_pairing_a_random_sequence_matches_a_stack_walk() -> None:
         elif st:
             expected.add((st.pop(), i))
     assert pairs(evs) == expected
+
+
+def test_nesting_depth_counts_enclosing_slices_of_the_same_track() -> None:
+    s = build_slices(table([
+        {"ph": "X", "ts": 0, "dur": 10, "pid": 1, "tid": 1, "name": "step"},
+        {"ph": "X", "ts": 0, "dur": 4, "pid": 1, "tid": 1, "name": "child starts with parent"},
+        {"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "name": "grandchild"},
+        {"ph": "X", "ts": 4, "dur": 3, "pid": 1, "tid": 1, "name": "sibling starts where the first ends"},
+        {"ph": "X", "ts": 2, "dur": 1, "pid": 1, "tid": 2, "name": "other track"},
+        {"ph": "B", "ts": 5, "pid": 1, "tid": 1, "name": "in sibling"},
+        {"ph": "E", "ts": 6, "pid": 1, "tid": 1},
+    ]))
+    by_event = dict(zip(s.event.tolist(), s.depth.tolist()))
+    assert by_event == {0: 0, 1: 1, 2: 2, 3: 1, 4: 0, 5: 2}
+    assert [int(s.event[i]) for i in s.order] == [0, 1, 2, 3, 5, 4]
