@@ -46,7 +46,7 @@ class ChromeJsonReader:
     def __init__(self, stream: TraceStream, block_size: int = READ_SIZE) -> None:
         self._stream = stream
         self._block = block_size
-        self._buf = b""
+        self._buf = bytearray()
         self._pos = 0
         self._eof = False
         self.container: Optional[str] = None
@@ -61,10 +61,18 @@ class ChromeJsonReader:
             chunk = self._stream.read(max(self._block, want))
             if not chunk:
                 self._eof = True
+                # One spare byte after the data, for the "]" of the last block.
+                keep = max(self._pos - 1, 0)
+                self._buf = bytearray(memoryview(self._buf)[keep:]) + b" "
+                self._pos -= keep
                 break
-            self._buf = self._buf[self._pos:] + chunk
-            self._pos = 0
-        return len(self._buf) - self._pos > 0
+            # Keep one byte before the cursor: `_decode_block` writes "[" there.
+            keep = max(self._pos - 1, 0)
+            buf = bytearray(memoryview(self._buf)[keep:])
+            buf += chunk
+            self._buf = buf
+            self._pos -= keep
+        return len(self._buf) - self._pos > (1 if self._eof else 0)
 
     def _skip_ws(self, extra: bytes = b"") -> Optional[int]:
         """Skip whitespace (and `extra` bytes); return the next byte or None at EOF."""
@@ -176,18 +184,27 @@ class ChromeJsonReader:
         event is left: the file was truncated).
         """
         buf, pos, end = self._buf, self._pos, len(self._buf)
+        view = memoryview(buf)
+        # Decode in place, without copying 16 MB: the byte before the block is
+        # already consumed and the byte after the cut is only `,`, `]` or space, so
+        # they are briefly overwritten by the brackets of a JSON array.
+        buf[pos - 1] = ord("[")
         for tries, cut in enumerate(self._candidates(buf, pos, end)):
             if tries >= _TRIES_PER_BLOCK:
                 break
+            saved = buf[cut]
+            buf[cut] = ord("]")
             try:
-                events = decode(b"[" + buf[pos:cut] + b"]")
+                events = decode(view[pos - 1:cut + 1])
             except msgspec.ValidationError:
                 raise
             except msgspec.DecodeError:
                 continue
+            finally:
+                buf[cut] = saved
             self._pos = cut
             return events
-        return self._probe(decode, buf, pos, end)
+        return self._probe(decode, bytes(buf), pos, end)
 
     def _probe(self, decode: Decode[T], buf: bytes, pos: int, end: int) -> Optional[List[T]]:
         """Let the decoder say where the text stops being an event list.

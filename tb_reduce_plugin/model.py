@@ -220,7 +220,8 @@ class TableBuilder:
     """Accumulates decoded blocks into columns without per-event Python code."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ph", "ts", "dur", "track", "name", "cat", "flow_key", "bind", "scope")}
+        columns = ("ph", "ts", "dur", "track", "name", "cat", "flow_key", "bind", "scope")
+        self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
         self._tracks = Interner()
         self._pids = Interner()
         self._tids = Interner()

@@ -101,7 +101,7 @@ class TraceStream:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "TraceStream":
+    def __enter__(self) -> TraceStream:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Any, BinaryIO, Callable, Optional
 
@@ -59,11 +60,25 @@ def cut_value(v: Any) -> tuple[Any, bool]:
     return v, False
 
 
+_LONG_RUN = re.compile(rb'[^"]{%d}' % (STRING_LIMIT + 1))
+
+
+def _may_need_cut(raw: bytes) -> bool:
+    """Cheap, conservative: could any string exceed 256 characters or any list 32 items?
+
+    A longer string needs 257 bytes without a quote (or holds an escaped quote); a
+    longer list needs at least 32 commas and a "[".
+    """
+    if len(raw) > STRING_LIMIT and (b'\\"' in raw or _LONG_RUN.search(raw)):
+        return True
+    return b"[" in raw and raw.count(b",") >= LIST_LIMIT
+
+
 def transform(raw: bytes, level: int) -> bytes:
     """The event as written at `level` (its original bytes when nothing changes)."""
     if level <= 1 or b'"args"' not in raw:
         return raw
-    if level == 2 and len(raw) <= LIST_LIMIT * 2 + 2:
+    if level == 2 and not _may_need_cut(raw):
         return raw
     ev = _any.decode(raw)
     if not isinstance(ev, dict) or not isinstance(ev.get("args"), (dict, list)):

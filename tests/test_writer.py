@@ -32,7 +32,8 @@ def test_levels_3_and_4_drop_args_except_what_draws_or_pairs_events() -> None:
     c = {"ph": "C", "name": "mem", "ts": 1, "args": {"bytes": 10}}
     m = {"ph": "M", "name": "thread_name", "args": {"name": "main"}}
     for level in (3, 4):
-        assert json.loads(transform(json.dumps(x).encode(), level)) == {"ph": "X", "name": "k", "ts": 1.5, "args": {"bind_id": 7, "flow_out": True}}
+        expected = {"ph": "X", "name": "k", "ts": 1.5, "args": {"bind_id": 7, "flow_out": True}}
+        assert json.loads(transform(json.dumps(x).encode(), level)) == expected
         assert json.loads(transform(json.dumps(c).encode(), level)) == c
         assert json.loads(transform(json.dumps(m).encode(), level)) == m
 
@@ -40,3 +41,9 @@ def test_levels_3_and_4_drop_args_except_what_draws_or_pairs_events() -> None:
 def test_cut_value_reports_whether_anything_was_cut() -> None:
     assert cut_value({"a": [1, 2], "b": "x"}) == ({"a": [1, 2], "b": "x"}, False)
     assert cut_value(["a"] * 33)[1] is True
+
+
+def test_level_2_cuts_a_long_string_full_of_escaped_quotes() -> None:
+    ev = {"ph": "X", "args": {"s": '"a",' * 100}}
+    out = json.loads(transform(json.dumps(ev).encode(), 2))
+    assert len(out["args"]["s"]) == 257 and out["args"]["tb_reduce.cut"] is True
