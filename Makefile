@@ -16,7 +16,7 @@ $(VENV)/.installed: setup.py
 venv: $(VENV)/.installed
 
 lint: venv
-	$(VENV)/bin/ruff check tb_reduce_plugin tests bench
+	$(VENV)/bin/ruff check .
 
 test: venv lint
 	$(PY) -m pytest -q -rs tests
