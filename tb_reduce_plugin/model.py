@@ -289,8 +289,12 @@ class TableBuilder:
 
     def build(self) -> EventTable:
         def cat(key: str, dtype: Any) -> np.ndarray:
-            parts = self._cols[key]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+            # Column by column, dropping the parts at once: peak memory is the
+            # table plus one column, not twice the table.
+            parts = self._cols.pop(key)
+            out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+            parts.clear()
+            return out
 
         return EventTable(
             ph=cat("ph", np.uint8),

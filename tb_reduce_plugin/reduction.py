@@ -15,6 +15,7 @@ maxima and boundary look-ups single numpy calls over all tracks at once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -115,15 +116,21 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
     keep = np.zeros(n, dtype=bool)
     keep[t.ph == PH_M] = True
     keep[sl.unpaired] = True
-    keep[~has_ts] = True
+    keep[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
     if level == 0:
+        whole = start_us is None and end_us is None
+        keep[~has_ts] = True
         keep |= in_window & ~np.isin(t.ph, (PH_X, PH_B, PH_E))
         keep[sl.event[overlaps]] = True
         keep[sl.partner[overlaps & (sl.partner >= 0)]] = True
+        if not whole:  # a flow leaving the window is left out whole: no dangling end
+            flows = t.flow_key >= 0
+            out = np.unique(t.flow_key[flows & ~in_window])
+            keep[flows & np.isin(t.flow_key, out)] = False
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, RESOLUTION[level])
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk)
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t))
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
@@ -137,56 +144,83 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
     return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
 
 
-def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets) -> tuple[np.ndarray, Summaries]:
-    """Keep big slices (and straddlers); fold the rest into summaries."""
-    m = len(sl)
-    dur = sl.end - sl.start
-    kept = overlaps & (dur >= bk.theta)
-    if m == 0:
-        return kept, _no_summaries()
-    values = np.unique(np.concatenate((sl.start, sl.end)))
-    k = len(values) + 1
-    key_s = sl.track.astype(np.int64) * k + np.searchsorted(values, sl.start)
-    key_e = sl.track.astype(np.int64) * k + np.searchsorted(values, sl.end)
+def name_rank(t: EventTable) -> np.ndarray:
+    """Rank of each name id in name order (strings by value, then others by JSON),
+    the tie-break of a summary's top names. Distinct names only: cached per table."""
+    cached = getattr(t, "_name_rank", None)
+    if cached is None:
+        def key(i: int) -> tuple:
+            v = t.names[i]
+            return (0, v) if isinstance(v, str) else (1, json.dumps(v, sort_keys=True, separators=(",", ":")))
 
-    while True:  # promote small slices that straddle a kept boundary, to a fixpoint
-        bounds = np.unique(np.concatenate((key_s[kept], key_e[kept])))
-        small = overlaps & ~kept
-        straddle = small & (np.searchsorted(bounds, key_s, "right") < np.searchsorted(bounds, key_e, "left"))
-        if not straddle.any():
-            break
-        kept |= straddle
+        cached = np.empty(len(t.names), dtype=np.int64)
+        cached[sorted(range(len(t.names)), key=key)] = np.arange(len(t.names))
+        object.__setattr__(t, "_name_rank", cached)
+    return cached
 
-    idx = np.flatnonzero(overlaps & ~kept)
-    if len(idx) == 0:
+
+def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
+                   rank: np.ndarray) -> tuple[np.ndarray, Summaries]:
+    """Keep big slices (and straddlers); fold the rest into summaries, track by track.
+
+    Working one track at a time keeps the temporaries as small as the largest
+    track instead of the whole trace (SPEC: memory bounded as traces grow).
+    """
+    kept = overlaps & ((sl.end - sl.start) >= bk.theta)
+    cand = np.flatnonzero(overlaps)
+    order = cand[np.lexsort((sl.event[cand], sl.start[cand], sl.track[cand]))]
+    del cand
+    trk_sorted = sl.track[order]
+    cuts = np.flatnonzero(trk_sorted[1:] != trk_sorted[:-1]) + 1
+    del trk_sorted
+    out_track, out_start, out_end, out_count, members = [], [], [], [], []
+    ngroups = 0
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
+        idx = order[lo:hi]
+        s, e, k = sl.start[idx], sl.end[idx], kept[idx]
+        while True:  # promote small slices that straddle a kept boundary, to a fixpoint
+            bounds = np.unique(np.concatenate((s[k], e[k])))
+            straddle = ~k & (np.searchsorted(bounds, s, "right") < np.searchsorted(bounds, e, "left"))
+            if not straddle.any():
+                break
+            k |= straddle
+        kept[idx] = k
+        small = np.flatnonzero(~k)
+        if len(small) == 0:
+            continue
+        ss, se = s[small], e[small]  # sorted by start
+        prev_end = np.maximum.accumulate(se)[:-1]
+        new = np.ones(len(small), dtype=bool)
+        new[1:] = (ss[1:] >= prev_end) & (
+            (bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)  # an idle bucket between
+            | (np.searchsorted(bounds, prev_end, "left") < np.searchsorted(bounds, ss[1:], "right"))  # a kept boundary
+        )
+        heads = np.flatnonzero(new)
+        out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
+        out_start.append(ss[heads])
+        out_end.append(np.maximum.reduceat(se, heads))
+        out_count.append(np.diff(np.append(heads, len(small))))
+        members.append((ngroups + np.cumsum(new) - 1, sl.name[idx[small]]))
+        ngroups += len(heads)
+    if ngroups == 0:
         return kept, _no_summaries()
-    idx = idx[np.lexsort((sl.event[idx], key_s[idx], sl.track[idx]))]
-    ks, ke, trk = key_s[idx], key_e[idx], sl.track[idx]
-    start, end = sl.start[idx], sl.end[idx]
-    prev_max = np.maximum.accumulate(ke)[:-1]
-    prev_end_value = values[np.clip(prev_max - trk[1:].astype(np.int64) * k, 0, len(values) - 1)]
-    gap = ks[1:] >= prev_max
-    idle_between = bk.clipped(start[1:]) > bk.clipped(prev_end_value) + 1
-    boundary_between = np.searchsorted(bounds, prev_max, "left") < np.searchsorted(bounds, ks[1:], "right")
-    new = np.ones(len(idx), dtype=bool)
-    new[1:] = (trk[1:] != trk[:-1]) | (gap & (idle_between | boundary_between))
-    heads = np.flatnonzero(new)
-    group = np.cumsum(new) - 1
+    group = np.concatenate([g for g, _ in members])
+    names = np.concatenate([n for _, n in members])
     return kept, Summaries(
-        track=trk[heads],
-        start=start[heads],
-        end=np.maximum.reduceat(end, heads),
-        count=np.diff(np.append(heads, len(idx))),
-        top=_top_names(group, sl.name[idx], len(heads)),
+        track=np.concatenate(out_track),
+        start=np.concatenate(out_start),
+        end=np.concatenate(out_end),
+        count=np.concatenate(out_count),
+        top=_top_names(group, names, rank, ngroups),
     )
 
 
-def _top_names(group: np.ndarray, name: np.ndarray, ngroups: int) -> list:
-    """Per group, the most frequent names (ties: smaller name id, i.e. first seen)."""
+def _top_names(group: np.ndarray, name: np.ndarray, rank: np.ndarray, ngroups: int) -> list:
+    """Per group, the most frequent names (ties by name order)."""
     nn = int(name.max()) + 1
     combo, counts = np.unique(group.astype(np.int64) * nn + name, return_counts=True)
     g, nm = combo // nn, combo % nn
-    order = np.lexsort((nm, -counts, g))
+    order = np.lexsort((rank[nm], -counts, g))
     g, nm, counts = g[order], nm[order], counts[order]
     rank = np.arange(len(g)) - np.searchsorted(g, g, "left")
     sel = rank < TOP_NAMES

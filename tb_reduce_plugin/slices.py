@@ -9,6 +9,7 @@ alternate, so each `E` closes the `B` just before it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -24,11 +25,23 @@ class SliceTable:
     event: np.ndarray  # index of the X or B event
     partner: np.ndarray  # index of the E event, -1 for X
     unpaired: np.ndarray  # indices of B/E events that match nothing
-    order: np.ndarray  # slice indices sorted by (track, start, longest first): per-track order
-    depth: np.ndarray  # nesting depth on its track: slices open when it starts
 
     def __len__(self) -> int:
         return len(self.start)
+
+    @cached_property
+    def _nesting(self) -> tuple[np.ndarray, np.ndarray]:
+        return nesting(self.track, self.start, self.end)
+
+    @property
+    def order(self) -> np.ndarray:
+        """Slice indices sorted by (track, start, longest first): per-track order."""
+        return self._nesting[0]
+
+    @property
+    def depth(self) -> np.ndarray:
+        """Nesting depth on its track (computed on first use; reduction needs none)."""
+        return self._nesting[1]
 
 
 def nesting(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,16 +123,14 @@ def build_slices(t: EventTable) -> SliceTable:
 
     start = np.concatenate((x_start, t.ts[b_idx]))
     end = np.concatenate((x_end, t.ts[e_idx]))
-    event = np.concatenate((xs, b_idx)).astype(np.int64)
-    order, depth = nesting(t.track[event], start, end)
+    index_type = np.int32 if len(t.ph) < 2**31 else np.int64  # 8 bytes a slice saved
+    event = np.concatenate((xs, b_idx)).astype(index_type)
     return SliceTable(
-        order=order,
-        depth=depth,
         start=start,
         end=end,
         track=t.track[event],
         name=t.name[event],
         event=event,
-        partner=np.concatenate((np.full(len(xs), -1, dtype=np.int64), e_idx)).astype(np.int64),
+        partner=np.concatenate((np.full(len(xs), -1, dtype=np.int64), e_idx)).astype(index_type),
         unpaired=np.sort(unpaired),
     )

@@ -105,8 +105,9 @@ def summary_events(plan: Plan, tracks: list, names: list) -> list[bytes]:
     out = []
     for trk, start, end, count, top in zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), s.top):
         pid, tid = tracks[trk]
-        top_names = [[_name(names[n]), c] for n, c in top]
-        label = f"{top_names[0][0]} (+{count - 1} more)" if count > 1 else top_names[0][0]
+        top_names = [[names[n], c] for n, c in top]
+        first = _name(top_names[0][0])
+        label = f"{first} (+{count - 1} more)" if count > 1 else first
         out.append(dumps({
             "ph": "X", "cat": SUMMARY_CAT, "name": label, "pid": pid, "tid": tid,
             "ts": start, "dur": end - start, "args": {"count": count, "top": top_names},
