@@ -1,14 +1,15 @@
 """The one event model: a columnar table every input format converts into.
 
 Per event (index = position in the input's event list): phase code, ts and dur in µs
-(float64, NaN when absent), track id (an interned `(pid, tid)`), name id, category
-id, and for the few phases that need them a flow key, a binding-point flag and an
-instant scope. Counter samples live in a side table (event, series, value).
+(float64, NaN when absent), track id (an interned `(pid, tid)`) and name id; for the
+few phases that need them a flow key, a binding-point flag and an instant scope.
+Counter samples live in a side table (event, series, value). Slices (X and B/E
+pairs) with their per-track order and nesting depth are derived in `slices`.
 
 Columns are numpy arrays so reduction is vectorised; strings are interned once per
 distinct value. The original JSON of each event is not held in memory: it is
 reachable by index by streaming the file again (`writer`), which keeps memory
-bounded by the columns (~40 bytes an event) rather than the trace.
+bounded by the columns (~30 bytes an event) rather than the trace.
 """
 
 from __future__ import annotations
@@ -195,7 +196,6 @@ class EventTable:
     dur: np.ndarray
     track: np.ndarray
     name: np.ndarray
-    cat: np.ndarray
     flow_key: np.ndarray  # -1 unless a flow event
     bind_enclosing: np.ndarray  # bool: flow event binds to an enclosing slice
     scope: np.ndarray  # instant scope kind
@@ -220,13 +220,12 @@ class TableBuilder:
     """Accumulates decoded blocks into columns without per-event Python code."""
 
     def __init__(self) -> None:
-        columns = ("ph", "ts", "dur", "track", "name", "cat", "flow_key", "bind", "scope")
+        columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
         self._tracks = Interner()
         self._pids = Interner()
         self._tids = Interner()
         self._names = Interner()
-        self._cats = Interner()
         self._flows = Interner()
         self._series = Interner()
         self._c_event: list[int] = []
@@ -251,7 +250,6 @@ class TableBuilder:
         c["dur"].append(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n))
         c["track"].append(self._track_ids(events))
         c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
-        c["cat"].append(self._cats.ids_of(map(attrgetter("cat"), events)))
         flow_key = np.full(n, -1, dtype=np.int32)
         bind = np.zeros(n, dtype=bool)
         scope = np.zeros(n, dtype=np.uint8)
@@ -302,7 +300,6 @@ class TableBuilder:
             dur=cat("dur", np.float64),
             track=cat("track", np.int32),
             name=cat("name", np.int32),
-            cat=cat("cat", np.int32),
             flow_key=cat("flow_key", np.int32),
             bind_enclosing=cat("bind", bool),
             scope=cat("scope", np.uint8),
