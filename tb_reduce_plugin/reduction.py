@@ -166,7 +166,7 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
     Working one track at a time keeps the temporaries as small as the largest
     track instead of the whole trace (SPEC: memory bounded as traces grow).
     """
-    kept = overlaps & ((sl.end - sl.start) >= bk.theta)
+    kept = overlaps & (sl.dur >= bk.theta)
     cand = np.flatnonzero(overlaps)
     order = cand[np.lexsort((sl.event[cand], sl.start[cand], sl.track[cand]))]
     del cand

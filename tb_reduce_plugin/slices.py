@@ -20,6 +20,7 @@ from .model import PH_B, PH_E, PH_X, EventTable
 class SliceTable:
     start: np.ndarray  # µs
     end: np.ndarray  # start + max(dur, 0)
+    dur: np.ndarray  # max(dur, 0) as written (end - start loses digits at epoch times)
     track: np.ndarray
     name: np.ndarray
     event: np.ndarray  # index of the X or B event
@@ -123,11 +124,13 @@ def build_slices(t: EventTable) -> SliceTable:
 
     start = np.concatenate((x_start, t.ts[b_idx]))
     end = np.concatenate((x_end, t.ts[e_idx]))
+    dur = np.concatenate((np.maximum(dur_x, 0.0), t.ts[e_idx] - t.ts[b_idx]))
     index_type = np.int32 if len(t.ph) < 2**31 else np.int64  # 8 bytes a slice saved
     event = np.concatenate((xs, b_idx)).astype(index_type)
     return SliceTable(
         start=start,
         end=end,
+        dur=dur,
         track=t.track[event],
         name=t.name[event],
         event=event,
