@@ -83,6 +83,8 @@ def transform(raw: bytes, level: int) -> bytes:
     ev = _any.decode(raw)
     if not isinstance(ev, dict) or not isinstance(ev.get("args"), (dict, list)):
         return raw
+    if ev.get("ph") == "M":  # metadata is kept unchanged at every level (G6)
+        return raw
     if level == 2:
         args, cut = cut_value(ev["args"])
         if not cut:
@@ -91,7 +93,7 @@ def transform(raw: bytes, level: int) -> bytes:
             args["tb_reduce.cut"] = True
         ev["args"] = args
         return dumps(ev)
-    if ev.get("ph") in ("M", "C"):
+    if ev.get("ph") == "C":
         return raw
     args = ev.pop("args")
     kept = {k: args[k] for k in KEPT_ARG_KEYS if isinstance(args, dict) and k in args}

@@ -47,3 +47,8 @@ def test_level_2_cuts_a_long_string_full_of_escaped_quotes() -> None:
     ev = {"ph": "X", "args": {"s": '"a",' * 100}}
     out = json.loads(transform(json.dumps(ev).encode(), 2))
     assert len(out["args"]["s"]) == 257 and out["args"]["tb_reduce.cut"] is True
+
+
+def test_metadata_events_keep_long_args_at_level_2() -> None:
+    raw = json.dumps({"ph": "M", "name": "process_name", "args": {"name": "p" * 400, "l": list(range(50))}}).encode()
+    assert transform(raw, 2) == raw
