@@ -1,0 +1,90 @@
+"""Every real Chrome-JSON trace of ../shared/corpus, at every level, judged by the oracle.
+
+The corpus holds what real profilers write (Kineto on NVIDIA/AMD/MTIA, catapult's
+phase zoo, viztracer, speedscope, JAX), so this sweep is where the quirks the
+property tests can only imitate actually occur: epoch timestamps whose ulp is 0.25 µs,
+hundreds of thousands of M events, flows by the ten thousand. Each trace is reduced
+at levels 0–4 over the whole trace and once at level 2 over the middle third of it,
+and every output is checked by `reference_checker.check_reduction`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.pipeline import reduce_to_bytes
+from tests.reference_checker import check_reduction, default_window, load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+# rocprofiler-sdk's own JSON: a real file that is not a trace, so it must be refused.
+NOT_A_TRACE = "public/TraceLens/tests__rocprof__908_results.json.gz"
+
+
+def _traces() -> list[str]:
+    """Chrome-JSON traces under public/*/ and generated/*/, relative to the corpus."""
+    if not CORPUS.is_dir():
+        return []
+    found = []
+    for part in ("public", "generated"):
+        for path in sorted((CORPUS / part).glob("*/*")):
+            rel = path.relative_to(CORPUS).as_posix()
+            if path.name.endswith((".json", ".json.gz")) and rel != NOT_A_TRACE:
+                found.append(rel)
+    return found
+
+
+TRACES = _traces()
+# File-major order, so that each input is parsed once for its six reductions.
+CASES = [(trace, level, windowed) for trace in TRACES for level, windowed in [*((lv, False) for lv in range(5)), (2, True)]]
+
+pytestmark = [
+    pytest.mark.corpus,
+    pytest.mark.skipif(not CORPUS.is_dir(), reason=f"{CORPUS} is absent: no real traces to sweep"),
+]
+
+_parsed: dict[str, Any] = {}
+
+
+def _input(trace: str) -> Any:
+    """The parsed input, kept for one trace at a time (the largest is ~1 GB of objects)."""
+    if trace not in _parsed:
+        _parsed.clear()
+        _parsed[trace] = load_trace(CORPUS / trace)
+    return _parsed[trace]
+
+
+def _case_id(case: tuple[str, int, bool]) -> str:
+    trace, level, windowed = case
+    return f"{Path(trace).name}-L{level}{'-middle-third' if windowed else ''}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_every_corpus_trace_reduces_within_the_guarantees(case: tuple[str, int, bool]) -> None:
+    trace, level, windowed = case
+    doc = _input(trace)
+    start = end = None
+    if windowed:
+        window = default_window(doc)
+        assert window is not None, f"{trace} has no timestamped event"
+        t0, t1 = window
+        start, end = t0 + (t1 - t0) / 3, t0 + 2 * (t1 - t0) / 3
+    out = json.loads(reduce_to_bytes(CORPUS / trace, level=level, start_us=start, end_us=end))
+    check_reduction(doc, out, level, start, end)
+
+
+def test_the_corpus_holds_the_traces_this_sweep_expects() -> None:
+    """A sweep over nothing would pass: make sure the corpus was found and read."""
+    assert len(TRACES) >= 50, TRACES
+    assert (CORPUS / NOT_A_TRACE).is_file()
+
+
+def test_a_rocprofiler_results_file_is_refused_as_not_a_trace() -> None:
+    with pytest.raises(TraceError) as err:
+        reduce_to_bytes(CORPUS / NOT_A_TRACE, level=2)
+    assert "\n" not in str(err.value) and str(err.value)
