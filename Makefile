@@ -19,7 +19,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: venv lint
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs -n auto tests
 
 # Until the TensorBoard plugin lands (issue 4), the demo reduces the bundled real
 # PyTorch profile at every level with the command line.

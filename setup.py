@@ -17,7 +17,7 @@ setup(
         "isal>=1.6",
     ],
     extras_require={
-        "test": ["pytest>=7.4", "hypothesis>=6.80", "ruff>=0.4"],
+        "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4"],
     },
     entry_points={"console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],

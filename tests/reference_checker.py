@@ -183,6 +183,7 @@ class InputModel:
     index: dict[Hashable, list[int]] | None = None  # match key -> idx (not paired B/E)
     pair_index: dict[Hashable, list[int]] | None = None  # pair key -> sid
     keys: list[Hashable] = field(default_factory=list)  # _match_key of every event
+    forms: dict[int, dict[int, list]] = field(default_factory=dict)  # level -> idx -> expected_variants
     twins: dict[int, list[int]] = field(default_factory=dict)  # identical C / instant events
     by_ts: list[tuple[float, int]] | None = None  # (ts, idx) of dict events, for 1-ns slack
 
@@ -294,7 +295,7 @@ def _model_of(doc: dict | list) -> InputModel:
 def _match_key(e: Any) -> Hashable:
     """Cheap pre-filter key for finding the input event an output event copies.
 
-    Only a pre-filter: candidates are then compared whole, and `_check_order`
+    Only a pre-filter: candidates are then compared whole, and `_match_kept`
     compares the kept events type-exactly, so 1 and 1.0 may share a key here.
     """
     if not isinstance(e, dict):
@@ -771,6 +772,7 @@ class _Reduction:
         self.chosen: dict[int, Any] = {}  # input idx -> the expected form it matched
         self.summaries: list[_Summary] = []
         self._cursor: dict[Hashable, int] = {}
+        self._forms = m.forms.setdefault(level, {}) if level >= 2 else None
         self._span_cache: dict[int, tuple[tuple[int, int] | None, tuple[int, int]]] = {}
         self.bounds: dict[tuple, list[float]] = {}  # track -> sorted boundaries of kept slices
 
@@ -779,7 +781,6 @@ class _Reduction:
     def check(self) -> None:
         self._split_summaries()
         self._match_kept()
-        self._check_order()
         self._check_always_kept()
         self._check_slices()
         self._check_summaries()
@@ -845,26 +846,44 @@ class _Reduction:
         return _Summary(j, (_h(e.get("pid")), _h(e.get("tid"))), ts, ts + dur, count, top, name, e)
 
     def _match_kept(self) -> None:
-        """Find, for each non-summary output event, the input event it writes."""
+        """Find the input event each non-summary output event writes; check their order.
+
+        Kept events are written in input order (SEMANTICS: Output), so the output's
+        kept events must embed, in order, into the input's events. The embedding is
+        found greedily (earliest match), which finds one whenever one exists; it is
+        also the assignment used by every later check, except for B/E events, which
+        are matched as whole pairs. Identical events are interchangeable: an X twin
+        folds or stays alike, and C/instant twins are looked at through `_kept_like`.
+        """
         m = self.m
         _ensure_index(m)
-        assert m.index is not None and m.pair_index is not None
+        keys, n = m.keys, len(m.events)
+        got = self.out[: len(self.out) - len(self.summaries)]
+        want: list = []
         be: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
-        n_kept_events = len(self.out) - len(self.summaries)
-        for j in range(n_kept_events):
-            e = self.out[j]
+        pos = 0
+        for j, e in enumerate(got):
+            key = _match_key(e)
+            found = None
+            while found is None and pos < n:
+                i, pos = pos, pos + 1
+                if keys[i] == key or _near_key(keys[i], key):
+                    found = self._form_matching(i, e, fuzzy=True)
+            if found is None:
+                raise AssertionError(self._unplaced_message(j, e, key))
+            want.append(found)
             if _ph(e) in ("B", "E") and _num(e.get("ts")):
                 be[_track(e)].append((e["ts"], j))
                 continue
-            i = self._take(_match_key(e), e)
-            if i is None:
-                i = self._take_fuzzy(e)
-            if i is None:
-                raise AssertionError(self._unknown_event_message(j, e))
             self.kept.add(i)
+            self.chosen[i] = found
             sid = m.slice_of.get(i)
             if sid is not None:
                 self.kept_sids.add(sid)
+        if json.dumps(got) != json.dumps(want):
+            for j, (a, b) in enumerate(zip(got, want)):
+                if _canon(a) != _canon(b):
+                    assert _same_but_time(a, b), f"output event #{j} {_short(a)} changed: the input has {_short(b)}"
         for track, items in be.items():
             items.sort()
             stack: list[int] = []
@@ -877,6 +896,17 @@ class _Reduction:
                     self._match_unpaired(j)
             for j in stack:
                 self._match_unpaired(j)
+
+    def _unplaced_message(self, j: int, e: Any, key: Hashable) -> str:
+        """Why output event j has no place in the input: out of order, or not an input event."""
+        assert self.m.index is not None
+        for i in self.m.index.get(key, ()):
+            if self._form_matching(i, e, fuzzy=False) is not None:
+                return f"output event #{j} {_short(e)} is out of input order (it is input event #{i})"
+        return (
+            f"output event #{j} {_short(e)} is not an input event written under the level-{self.level} "
+            "args rules (or it was written twice)"
+        )
 
     def _take(self, key: Hashable, e: Any) -> int | None:
         """The first unused input event under `key` that `e` writes (FIFO for duplicates)."""
@@ -892,7 +922,7 @@ class _Reduction:
             i = cands[pos]
             if i in self.kept:
                 continue
-            for form in expected_variants(self.m.events[i], self.level):
+            for form in self._variants(i):
                 if form == e:
                     self.chosen[i] = form
                     return i
@@ -905,7 +935,7 @@ class _Reduction:
         for i in self._near(e):
             if i in self.kept or i in self.m.slice_of and self.m.slices[self.m.slice_of[i]].eidx >= 0:
                 continue
-            for form in expected_variants(self.m.events[i], self.level):
+            for form in self._variants(i):
                 if _same_but_time(form, e):
                     self.chosen[i] = form
                     return i
@@ -948,8 +978,17 @@ class _Reduction:
             "(a kept pair must be written as both its events, unchanged)"
         )
 
+    def _variants(self, i: int) -> list[Any]:
+        """expected_variants of input event i at this level, computed once per level."""
+        if self._forms is None:
+            return [self.m.events[i]]
+        forms = self._forms.get(i)
+        if forms is None:
+            forms = self._forms[i] = expected_variants(self.m.events[i], self.level)
+        return forms
+
     def _form_matching(self, i: int, e: Any, fuzzy: bool) -> Any:
-        for form in expected_variants(self.m.events[i], self.level):
+        for form in self._variants(i):
             if form == e or (fuzzy and _same_but_time(form, e)):
                 return form
         return None
@@ -972,38 +1011,6 @@ class _Reduction:
                 "unpaired event of the input (a pair must be kept as both its events)"
             )
         self.kept.add(i)
-
-    def _unknown_event_message(self, j: int, e: Any) -> str:
-        return (
-            f"output event #{j} {_short(e)} is not an input event written under the level-{self.level} "
-            "args rules (or it was written twice)"
-        )
-
-    def _check_order(self) -> None:
-        """Kept events are written in input order (SEMANTICS: Output), exactly.
-
-        The output's kept events must embed, in order, into the input's events. The
-        embedding is found greedily (earliest match), which finds one whenever one
-        exists, so identical events never make a correct output look out of order.
-        """
-        keys, n = self.m.keys, len(self.m.events)
-        got = self.out[: len(self.out) - len(self.summaries)]
-        want: list = []
-        pos = 0
-        for j, e in enumerate(got):
-            key = _match_key(e)
-            found = None
-            while found is None and pos < n:
-                i, pos = pos, pos + 1
-                if keys[i] == key or _near_key(keys[i], key):
-                    found = self._form_matching(i, e, fuzzy=True)
-            assert found is not None, f"output event #{j} {_short(e)} is out of input order"
-            want.append(found)
-        if json.dumps(got) == json.dumps(want):
-            return
-        for j, (a, b) in enumerate(zip(got, want)):
-            if _canon(a) != _canon(b):
-                assert _same_but_time(a, b), f"output event #{j} {_short(a)} changed: the input has {_short(b)}"
 
     def _kept_like(self, i: int) -> bool:
         """Event i, or an identical twin of it, is in the output (twins are indistinguishable)."""
