@@ -97,6 +97,8 @@ class ChromeJsonReader:
             text = raw.decode("utf-8", "surrogateescape")
             try:
                 value, end = decoder.raw_decode(text)
+            except RecursionError:
+                raise TraceError("malformed trace: JSON nested too deeply to decode") from None
             except json.JSONDecodeError as exc:
                 if (self._eof and len(raw) < want) or len(raw) >= _MAX_TOP_LEVEL_VALUE:
                     raise TraceError(f"not a Chrome trace: malformed JSON ({exc.msg})") from None
@@ -200,6 +202,8 @@ class ChromeJsonReader:
                 raise
             except msgspec.DecodeError:
                 continue
+            except RecursionError:
+                raise TraceError("malformed trace: JSON nested too deeply to decode") from None
             finally:
                 buf[cut] = saved
             self._pos = cut
@@ -217,6 +221,8 @@ class ChromeJsonReader:
             msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
             msg = str(exc)
+        except RecursionError:
+            raise TraceError("malformed trace: JSON nested too deeply to decode") from None
         else:  # the array closed exactly at the end of the buffer
             msg = f"trailing characters (byte {len(text) + 1})"
         if "truncated" in msg:

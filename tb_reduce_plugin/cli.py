@@ -110,6 +110,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("tb-reduce: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of ours: still one line, never a traceback
+        print(f"tb-reduce: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -141,6 +141,12 @@ def decode_events(text: bytes) -> list[ChromeEvent]:
     return [_lenient_one(r) for r in _raw_list.decode(text)]
 
 
+def _finite(x: np.ndarray) -> np.ndarray:
+    """An infinite time (1e400 in the file) is as good as none: NaN."""
+    x[np.isinf(x)] = NAN
+    return x
+
+
 class Interner:
     """Maps hashable values to dense ids, in first-seen order."""
 
@@ -246,8 +252,8 @@ class TableBuilder:
         ph = ph_codes(list(map(attrgetter("ph"), events)))
         c = self._cols
         c["ph"].append(ph)
-        c["ts"].append(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n))
-        c["dur"].append(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n))
+        c["ts"].append(_finite(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n)))
+        c["dur"].append(_finite(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n)))
         c["track"].append(self._track_ids(events))
         c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
         flow_key = np.full(n, -1, dtype=np.int32)

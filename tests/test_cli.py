@@ -85,3 +85,29 @@ def test_bad_arguments_are_reported_without_a_traceback(tmp_path: Path) -> None:
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
     r = run("reduce", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o.json"))
     assert r.returncode == 2 and "cannot open" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"args":' + b"[" * 100000 + b"]" * 100000 + b"}]}", "nested too deeply"),
+        (b'{"meta":' + b"[" * 100000 + b"]" * 100000 + b',"traceEvents":[]}', "nested too deeply"),
+        (b'{"traceEvents":[{"ph":"X","ts":NaN,"dur":1}]}', "malformed JSON"),
+        ('{"traceEvents":[]}'.encode("utf-16"), "not a trace"),
+    ],
+    ids=["deep-args", "deep-top-level", "nan", "utf16"],
+)
+def test_hostile_json_gets_a_one_line_error(tmp_path: Path, content: bytes, needle: str) -> None:
+    src = tmp_path / "in.json"
+    src.write_bytes(content)
+    r = run("reduce", str(src), "-o", str(tmp_path / "o.json"))
+    assert r.returncode == 2 and needle in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_an_infinite_timestamp_counts_as_none(tmp_path: Path) -> None:
+    src = tmp_path / "in.json"
+    src.write_bytes(b'{"traceEvents":[{"ph":"X","ts":1e400,"dur":1},{"ph":"X","ts":5,"dur":2}]}')
+    out = tmp_path / "o.json"
+    assert run("reduce", str(src), "-o", str(out), "--level", "2").returncode == 0
+    doc = json.loads(out.read_text())
+    assert doc["tb_reduce"]["window_us"] == [5.0, 7.0] and len(doc["traceEvents"]) == 2
