@@ -262,8 +262,11 @@ class TableBuilder:
         flows = np.flatnonzero(np.isin(ph, FLOW_PHASES)).tolist()
         if flows:
             evs = [events[i] for i in flows]
-            flow_key[flows] = self._flows.ids_of([(e.cat, e.id if e.id is not None else _hashable(e.id2)) for e in evs])
-            bind[flows] = [e.ph != "f" or e.bp == "e" for e in evs]
+            ids = list(map(attrgetter("id"), evs))
+            for j in [j for j, v in enumerate(ids) if v is None]:  # id2 stands in for a missing id
+                ids[j] = _hashable(evs[j].id2)
+            flow_key[flows] = self._flows.ids_of(list(zip(map(attrgetter("cat"), evs), ids)))
+            bind[flows] = (ph[flows] != ord("f")) | (np.array(list(map(attrgetter("bp"), evs)), dtype=object) == "e")
         instants = np.flatnonzero(np.isin(ph, INSTANT_PHASES)).tolist()
         if instants:
             kinds = {"g": SCOPE_GLOBAL, "p": SCOPE_PROCESS}

@@ -123,10 +123,11 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
         keep |= in_window & ~np.isin(t.ph, (PH_X, PH_B, PH_E))
         keep[sl.event[overlaps]] = True
         keep[sl.partner[overlaps & (sl.partner >= 0)]] = True
-        if not whole:  # a flow leaving the window is left out whole: no dangling end
+        if not whole:  # flows are written whole: inside the window, or bound to kept slices
             flows = t.flow_key >= 0
             out = np.unique(t.flow_key[flows & ~in_window])
             keep[flows & np.isin(t.flow_key, out)] = False
+            keep[_flow_keep(t, sl, overlaps)] = True
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, RESOLUTION[level])

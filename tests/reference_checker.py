@@ -81,6 +81,24 @@ def _canon(v: Any) -> str:
     return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """Type-exact equality of two JSON values (1 != 1.0 != true), fast on big lists.
+
+    Python's == treats 1, 1.0 and True alike, so equal values are also serialised and
+    compared. orjson only speeds that up (any deterministic serializer that keeps
+    types will do); json is the reference and the fallback (orjson writes NaN as
+    null, so NaN-holding values, which == never finds equal, go to json).
+    """
+    if a == b:
+        try:
+            import orjson
+
+            return orjson.dumps(a) == orjson.dumps(b)
+        except (ImportError, TypeError):
+            pass
+    return json.dumps(a) == json.dumps(b)
+
+
 def _short(v: Any, limit: int = 300) -> str:
     """A value as short JSON text for an error message."""
     try:
@@ -596,7 +614,7 @@ def _check_level0(m: InputModel, out_events: list, win: Window | None, whole: bo
     exp_events = [m.events[i] for i in expected]
     # With a window, flows are checked by _check_level0_flows (they follow G7).
     got = [e for e in out_events if _ph(e) not in FLOW_PHASES] if flow_idx else out_events
-    if json.dumps(got) != json.dumps(exp_events):
+    if not _same_json(got, exp_events):
         got_c = Counter(_canon(e) for e in got)
         exp_c = Counter(_canon(e) for e in exp_events)
         missing = exp_c - got_c
@@ -880,7 +898,7 @@ class _Reduction:
             sid = m.slice_of.get(i)
             if sid is not None:
                 self.kept_sids.add(sid)
-        if json.dumps(got) != json.dumps(want):
+        if not _same_json(got, want):
             for j, (a, b) in enumerate(zip(got, want)):
                 if _canon(a) != _canon(b):
                     assert _same_but_time(a, b), f"output event #{j} {_short(a)} changed: the input has {_short(b)}"
