@@ -21,7 +21,7 @@ from .errors import TraceError
 from .model import EventTable, TableBuilder, decode_events
 from .reduction import LEVELS, Plan, plan
 from .sources import DEFAULT_MAX_INFLATED_BYTES, TraceStream
-from .writer import Sink, atomic_output, write_trace
+from .writer import Sink, atomic_output, original_events, write_trace
 
 Level = Union[int, str]
 Progress = Callable[[int, int], None]
@@ -128,11 +128,13 @@ def parse_level(level: Level) -> Level:
 
 
 def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
-                 budget_events: int = BUDGET_EVENTS, budget_bytes: int = BUDGET_BYTES, first: int = 0) -> Plan:
+                 budget_events: Optional[int] = None, budget_bytes: Optional[int] = None) -> Plan:
     """`auto`: the least reduced level whose estimated output fits the budget."""
+    budget_events = BUDGET_EVENTS if budget_events is None else budget_events
+    budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
     est = index.estimated_bytes()
     p = None
-    for level in LEVELS[first:]:
+    for level in LEVELS:
         p = plan(index.table, level, start_us, end_us)
         per_event = est[p.keep] if level < 3 else np.minimum(est[p.keep], 200.0)
         size = float(per_event.sum()) + 220.0 * len(p.summaries)
@@ -216,6 +218,15 @@ def reduce_file(
     stats["output"]["file_bytes"] = os.path.getsize(dst)
     stats["timings_s"]["total"] = time.perf_counter() - began
     return stats
+
+
+def event_json(index: TraceIndex, i: int) -> bytes:
+    """The original JSON of event `i`, exactly as the file holds it (for details views)."""
+    if not 0 <= i < index.events:
+        raise TraceError(f"no event {i}: the trace has {index.events:,}")
+    for block in original_events(index.path, np.asarray([i]), DEFAULT_MAX_INFLATED_BYTES, expected_events=index.events):
+        return block[0]
+    raise TraceError(f"event {i} could not be read back")  # pragma: no cover
 
 
 def reduce_to_bytes(path: Union[str, os.PathLike], level: Level = 2, start_us: Optional[float] = None,

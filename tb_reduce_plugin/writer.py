@@ -11,7 +11,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 import msgspec
 import numpy as np
@@ -19,6 +19,7 @@ import orjson
 from isal import igzip
 
 from .chrome_json import ChromeJsonReader
+from .errors import TraceError
 from .reduction import Plan
 from .sources import TraceStream
 
@@ -138,6 +139,30 @@ class Sink:
             self._gz.close()
 
 
+def original_events(
+    src: str,
+    indices: np.ndarray,
+    max_inflated_bytes: int,
+    progress: Optional[Callable[[int, int], None]] = None,
+    expected_events: Optional[int] = None,
+) -> Iterator[list[bytes]]:
+    """The original JSON bytes of the events at sorted `indices`, block by block.
+
+    The event table keeps no JSON; this streams the file again and slices out the
+    events asked for, so memory stays bounded by one block.
+    """
+    base = 0
+    with TraceStream(src, max_inflated_bytes, progress) as stream:
+        for raws in ChromeJsonReader(stream).blocks(_raw_list.decode):
+            n = len(raws)
+            lo, hi = np.searchsorted(indices, [base, base + n])
+            if hi > lo:
+                yield [bytes(raws[i]) for i in (indices[lo:hi] - base).tolist()]
+            base += n
+    if expected_events is not None and base != expected_events:
+        raise TraceError(f"{os.path.basename(src)} changed while it was read ({expected_events:,} then {base:,} events)")
+
+
 def write_trace(
     src: str,
     plan: Plan,
@@ -151,24 +176,14 @@ def write_trace(
     expected_events: Optional[int] = None,
 ) -> int:
     """Stream the reduced trace into `sink`; returns the number of events written."""
-    keep = plan.keep
     written = 0
     sink.write(b'{"traceEvents":[\n')
     sep = b""
-    with TraceStream(src, max_inflated_bytes, progress) as stream:
-        reader = ChromeJsonReader(stream)
-        base = 0
-        for raws in reader.blocks(_raw_list.decode):
-            n = len(raws)
-            lo, hi = np.searchsorted(keep, [base, base + n])
-            if hi > lo:
-                parts = [transform(bytes(raws[i]), plan.level) for i in (keep[lo:hi] - base).tolist()]
-                sink.write(sep + b",\n".join(parts))
-                sep = b",\n"
-                written += len(parts)
-            base += n
-    if expected_events is not None and base != expected_events:
-        raise RuntimeError(f"the input changed while it was reduced ({expected_events} then {base} events)")
+    for raws in original_events(src, plan.keep, max_inflated_bytes, progress, expected_events):
+        parts = [transform(raw, plan.level) for raw in raws]
+        sink.write(sep + b",\n".join(parts))
+        sep = b",\n"
+        written += len(parts)
     summaries = summary_events(plan, tracks, names)
     if summaries:
         sink.write(sep + b",\n".join(summaries))

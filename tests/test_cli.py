@@ -111,3 +111,4 @@ def test_an_infinite_timestamp_counts_as_none(tmp_path: Path) -> None:
     assert run("reduce", str(src), "-o", str(out), "--level", "2").returncode == 0
     doc = json.loads(out.read_text())
     assert doc["tb_reduce"]["window_us"] == [5.0, 7.0] and len(doc["traceEvents"]) == 2
+
