@@ -303,24 +303,27 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
         starts, ends, kept = sstart[a:b], send[a:b], skept[a:b]
         ts = t.ts[fsorted[lo_f:hi_f]]
         enclosing_kind = t.bind_enclosing[fsorted[lo_f:hi_f]]
-        # Enclosing binding: the latest-starting slice, if it encloses ts.
-        p = np.searchsorted(starts, ts, "right") - 1
+        # Enclosing binding: the latest-starting slice, if it encloses ts (within
+        # float noise: a flow written at its slice's start may differ by an ulp).
+        tol = 1e-6 + np.abs(ts) * 2e-15
+        p = np.searchsorted(starts, ts + tol, "right") - 1
         pc = np.maximum(p, 0)
-        direct = (p >= 0) & (ends[pc] >= ts)
+        direct = (p >= 0) & (ends[pc] >= ts - tol)
         ok = direct & kept[pc]
         between = (p >= 0) & ~direct
         if between.any():
             k_starts, k_run_end = starts[kept], np.maximum.accumulate(ends[kept]) if kept.any() else ends[:0]
-            q = np.searchsorted(k_starts, ts[between], "right") - 1
-            ok[between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts[between]) if len(k_starts) else False
+            q = np.searchsorted(k_starts, ts[between] + tol[between], "right") - 1
+            ok[between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts[between] - tol[between]) if len(k_starts) else False
         # Next-slice binding for `f` without `bp: e`.
-        nxt = np.searchsorted(starts, ts, "left")
-        has_next = nxt < len(starts)
-        nc = np.minimum(nxt, len(starts) - 1)
-        first_start = starts[nc]
-        last_same = np.searchsorted(starts, first_start, "right")
+        # Next-slice binding: any kept slice from ts − tol up to the first start
+        # at or after ts (the slices sharing that start included).
+        lo_next = np.searchsorted(starts, ts - tol, "left")
+        exact = np.searchsorted(starts, ts, "left")
+        hi_next = np.searchsorted(starts, starts[np.minimum(exact, len(starts) - 1)], "right")
+        hi_next = np.where(exact < len(starts), hi_next, len(starts))
         kept_cum = np.concatenate(([0], np.cumsum(kept)))
-        next_ok = has_next & (kept_cum[last_same] - kept_cum[nc] > 0)
+        next_ok = kept_cum[hi_next] - kept_cum[lo_next] > 0
         ok_sorted[lo_f:hi_f] = np.where(enclosing_kind, ok, next_ok)
     ok = np.empty(len(fidx), dtype=bool)
     ok[forder] = ok_sorted

@@ -883,6 +883,15 @@ class _Reduction:
         for j, e in enumerate(got):
             key = _match_key(e)
             found = None
+            # An exact copy first: a near one (ts within 1 ns) earlier in the input
+            # must not steal the match of an event written unchanged.
+            scan = pos
+            while found is None and scan < n:
+                i, scan = scan, scan + 1
+                if keys[i] == key:
+                    found = self._form_matching(i, e, fuzzy=False)
+            if found is not None:
+                pos = scan
             while found is None and pos < n:
                 i, pos = pos, pos + 1
                 if keys[i] == key or _near_key(keys[i], key):
