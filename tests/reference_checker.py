@@ -154,12 +154,9 @@ def _load_truncated_array(text: str) -> list:
         events.append(value)
         while pos < n and text[pos] in " \t\r\n":
             pos += 1
-        if pos < n and text[pos] == ",":
-            pos += 1
-        elif pos >= n or text[pos] == "]":
-            return events
-        else:
-            return events
+        if pos >= n or text[pos] != ",":
+            return events  # "]", the end of a cut file, or garbage after an event
+        pos += 1
 
 
 # ------------------------------------------------------------------- input model
@@ -201,6 +198,7 @@ class InputModel:
     index: dict[Hashable, list[int]] | None = None  # match key -> idx (not paired B/E)
     pair_index: dict[Hashable, list[int]] | None = None  # pair key -> sid
     keys: list[Hashable] = field(default_factory=list)  # _match_key of every event
+    by_key: dict[Hashable, list[int]] = field(default_factory=dict)  # match key -> every idx
     forms: dict[int, dict[int, list]] = field(default_factory=dict)  # level -> idx -> expected_variants
     twins: dict[int, list[int]] = field(default_factory=dict)  # identical C / instant events
     by_ts: list[tuple[float, int]] | None = None  # (ts, idx) of dict events, for 1-ns slack
@@ -345,9 +343,12 @@ def _ensure_index(m: InputModel) -> None:
     paired = {i for s in m.slices if s.eidx >= 0 for i in (s.idx, s.eidx)}
     index: dict[Hashable, list[int]] = defaultdict(list)
     m.keys = [_match_key(e) for e in m.events]
+    by_key: dict[Hashable, list[int]] = defaultdict(list)
     for i, key in enumerate(m.keys):
+        by_key[key].append(i)
         if i not in paired:
             index[key].append(i)
+    m.by_key = dict(by_key)
     twins: dict[str, list[int]] = defaultdict(list)
     for i in (*m.counters, *m.instants):
         twins[_canon(m.events[i])].append(i)
@@ -852,13 +853,17 @@ class _Reduction:
         assert isinstance(name, str), f"{where}: name is not a string"
         # SEMANTICS does not say what N counts: the other slices, the slices not named
         # like the top one, or the other names. Any of the three is accepted, and so
-        # is the bare top name when N is 0 ("x (+0 more)" says nothing more).
+        # is the bare top name when N is 0 ("x (+0 more)" says nothing more). Nor does
+        # it say how to write a missing (null) name: any text is accepted for it.
         allowed = {count - 1, count - top[0][1], len(top) - 1}
+        top_name = top[0][0]
         match = _NAME_RE.match(name)
-        if match is None and name == str(top[0][0]) and 0 in allowed:
+        if match is None and 0 in allowed and (name == top_name or not isinstance(top_name, str)):
             n = 0
         else:
-            assert match and match["top"] == str(top[0][0]), f"{where}: name is not '<top name> (+N more)'"
+            assert match and (match["top"] == top_name or not isinstance(top_name, str)), (
+                f"{where}: name is not '<top name> (+N more)'"
+            )
             n = int(match["n"])
         assert n in allowed or (len(top) == 5 and n >= 4), f"{where}: '(+{n} more)' fits neither count nor top"
         return _Summary(j, (_h(e.get("pid")), _h(e.get("tid"))), ts, ts + dur, count, top, name, e)
@@ -885,13 +890,13 @@ class _Reduction:
             found = None
             # An exact copy first: a near one (ts within 1 ns) earlier in the input
             # must not steal the match of an event written unchanged.
-            scan = pos
-            while found is None and scan < n:
-                i, scan = scan, scan + 1
-                if keys[i] == key:
-                    found = self._form_matching(i, e, fuzzy=False)
-            if found is not None:
-                pos = scan
+            cands = m.by_key.get(key, ())
+            for k in range(bisect_left(cands, pos), len(cands)):
+                i = cands[k]
+                found = self._form_matching(i, e, fuzzy=False)
+                if found is not None:
+                    pos = i + 1
+                    break
             while found is None and pos < n:
                 i, pos = pos, pos + 1
                 if keys[i] == key or _near_key(keys[i], key):
