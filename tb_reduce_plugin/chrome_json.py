@@ -52,7 +52,6 @@ class ChromeJsonReader:
         self.container: Optional[str] = None
         self.metadata: dict[str, Any] = {}
         self.truncated = False
-        self.block_sizes: list[int] = []
 
     # ---- buffer management -------------------------------------------------
     def _fill(self, want: int) -> bool:
@@ -176,7 +175,6 @@ class ChromeJsonReader:
                 # A truncated file: only an incomplete last event is lost.
                 self.truncated = True
                 return
-            self.block_sizes.append(len(block))
             yield block
 
     def _decode_block(self, decode: Decode[T]) -> Optional[List[T]]:

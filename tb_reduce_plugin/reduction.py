@@ -16,7 +16,7 @@ maxima and boundary look-ups single numpy calls over all tracks at once.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -50,7 +50,6 @@ class Plan:
     t1: float
     keep: np.ndarray  # sorted input event indices
     summaries: Summaries
-    stats: dict = field(default_factory=dict)
 
     @property
     def bucket_us(self) -> Optional[float]:
