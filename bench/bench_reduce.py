@@ -349,20 +349,19 @@ def main(argv: list[str] | None = None) -> int:
                        f"{s.median('maxrss_mb'):.0f}", f"{s.median('cpu_s'):.2f}"], widths))
     print()
     ratios: dict[str, float] = {}
+
+    def compare(top, bottom, key: str, label: str) -> None:
+        """Time, peak RSS and CPU ratios of two contenders. CPU-time ratios too: on
+        a shared 2-core machine wall time includes waiting for a core."""
+        for metric, column in (("time", "wall_s"), ("rss", "maxrss_mb"), ("cpu", "cpu_s")):
+            ratios[f"{key}_{metric}"] = top.median(column) / bottom.median(column)
+        print(f"{label}: {ratios[key + '_time']:.2f}x time, "
+              f"{ratios[key + '_rss']:.2f}x peak RSS  ({ratios[key + '_cpu']:.2f}x CPU time)")
+
     if tb.ok_runs():
-        ratios["tb_over_floor_time"] = tb.median("wall_s") / floor.median("wall_s")
-        ratios["tb_over_floor_rss"] = tb.median("maxrss_mb") / floor.median("maxrss_mb")
-        ratios["tb_over_floor_cpu"] = tb.median("cpu_s") / floor.median("cpu_s")
-        # CPU-time ratios too: on a shared 2-core machine wall time includes waiting
-        # for a core, CPU time mostly does not.
-        print(f"tb-reduce / floor : {ratios['tb_over_floor_time']:.2f}x time, "
-              f"{ratios['tb_over_floor_rss']:.2f}x peak RSS  ({ratios['tb_over_floor_cpu']:.2f}x CPU time)")
+        compare(tb, floor, "tb_over_floor", "tb-reduce / floor ")
         if naive.ok_runs():
-            ratios["naive_over_tb_time"] = naive.median("wall_s") / tb.median("wall_s")
-            ratios["naive_over_tb_rss"] = naive.median("maxrss_mb") / tb.median("maxrss_mb")
-            ratios["naive_over_tb_cpu"] = naive.median("cpu_s") / tb.median("cpu_s")
-            print(f"naive / tb-reduce : {ratios['naive_over_tb_time']:.2f}x time, "
-                  f"{ratios['naive_over_tb_rss']:.2f}x peak RSS  ({ratios['naive_over_tb_cpu']:.2f}x CPU time)")
+            compare(naive, tb, "naive_over_tb", "naive / tb-reduce ")
 
     # ---- footprint ---------------------------------------------------------- #
     result: dict[str, object] = {
