@@ -174,8 +174,34 @@ class ChromeJsonReader:
                     continue
                 # A truncated file: only an incomplete last event is lost.
                 self.truncated = True
+                tail = self._complete_tail(decode)
+                if tail:
+                    yield tail
                 return
             yield block
+
+    def _complete_tail(self, decode: Decode[T]) -> List[T]:
+        """At the end of a truncated file, the complete elements before the cut one.
+
+        Cut candidates end on `}`; an element that is not an object (a stray number
+        in a hand-edited file) leaves none, so the short tail is walked one element
+        at a time with the stdlib decoder, as a reader of a truncated file would.
+        """
+        text = bytes(self._buf[self._pos:]).decode("utf-8", "surrogateescape")
+        decoder = json.JSONDecoder()
+        spans, pos = [], 0
+        while True:
+            while pos < len(text) and text[pos] in " \t\r\n,":
+                pos += 1
+            try:
+                _, end = decoder.raw_decode(text, pos)
+            except (json.JSONDecodeError, RecursionError):
+                break
+            spans.append(text[pos:end])
+            pos = end
+        if not spans:
+            return []
+        return decode(("[" + ",".join(spans) + "]").encode("utf-8", "surrogateescape"))
 
     def _decode_block(self, decode: Decode[T]) -> Optional[List[T]]:
         """Decode the longest prefix of complete events found by trying candidates.

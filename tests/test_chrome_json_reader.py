@@ -67,6 +67,17 @@ def test_a_truncated_array_file_is_read_up_to_its_last_complete_event(tmp_path: 
     assert reader.truncated
 
 
+def test_a_truncated_file_whose_last_complete_elements_are_not_objects_keeps_them(tmp_path: Path) -> None:
+    """Found by the property suite: cut points end on `}`, so `…}, 7, {"cut` had none
+    after the last object and lost the complete elements before the cut."""
+    body = ",\n".join(json.dumps(e) for e in events(5))
+    p = tmp_path / "t.json"
+    p.write_text("[\n" + body + ',\n{"ph": "b"},\n7,\n{"ph": "X", "name": "cut sh')
+    got, reader = read_all(p, 256)
+    assert got == [*events(5), {"ph": "b"}, 7]
+    assert reader.truncated
+
+
 def test_a_trailing_empty_event_and_string_pids_are_events(tmp_path: Path) -> None:
     evs = [{"ph": "X", "pid": "Spans", "tid": "main", "ts": 1.0000001, "dur": 2, "name": "a"}, {}]
     p = tmp_path / "t.json"
