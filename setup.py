@@ -15,9 +15,11 @@ setup(
         "msgspec>=0.18",
         "orjson>=3.8",
         "isal>=1.6",
+        "protobuf>=4.25",  # upb, the C parser; our own XSpace schema needs no protoc
     ],
     extras_require={
-        "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4"],
+        # jax records the real >1 M-event profile the XSpace tests compare against.
+        "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30"],
     },
     entry_points={"console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],

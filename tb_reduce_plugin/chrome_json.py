@@ -16,10 +16,12 @@ the stdlib decoder; they are small in every real trace.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
 import msgspec
+import numpy as np
 
 from .errors import TraceError
 from .sources import READ_SIZE, TraceStream
@@ -275,3 +277,36 @@ class ChromeJsonReader:
                 if cut <= hi:
                     yield cut
             hi = lo
+
+
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class ChromeJsonEvents:
+    """The original JSON bytes of a Chrome trace's events, by index.
+
+    The event table keeps no JSON; this streams the file again and slices out the
+    events asked for, so memory stays bounded by one block. The file must still
+    hold the events it held when indexed.
+    """
+
+    def __init__(self, path: str, max_inflated_bytes: int, expected_events: int) -> None:
+        self.path = path
+        self.max_inflated_bytes = max_inflated_bytes
+        self.expected_events = expected_events
+
+    def events(self, indices: Any, level: int = 0, progress: Optional[Callable[[int, int], None]] = None,
+               ) -> Iterator[list[bytes]]:
+        indices = np.asarray(indices, dtype=np.int64)
+        base = 0
+        with TraceStream(self.path, self.max_inflated_bytes, progress) as stream:
+            for raws in ChromeJsonReader(stream).blocks(_raw_list.decode):
+                n = len(raws)
+                lo, hi = np.searchsorted(indices, [base, base + n])
+                if hi > lo:
+                    yield [bytes(raws[i]) for i in (indices[lo:hi] - base).tolist()]
+                base += n
+        if base != self.expected_events:
+            raise TraceError(
+                f"{os.path.basename(self.path)} changed while it was read ({self.expected_events:,} then {base:,} events)"
+            )

@@ -16,12 +16,13 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 import numpy as np
 
 from . import FORMAT_VERSION
-from .chrome_json import ChromeJsonReader
+from .chrome_json import ChromeJsonEvents, ChromeJsonReader
 from .errors import TraceError
 from .model import EventTable, TableBuilder, decode_events
 from .reduction import LEVELS, Plan, plan
 from .sources import DEFAULT_MAX_INFLATED_BYTES, TraceStream
-from .writer import Sink, atomic_output, original_events, write_trace
+from .writer import EventSource, Sink, atomic_output, write_trace
+from .xspace import read_xspace
 
 Level = Union[int, str]
 Progress = Callable[[int, int], None]
@@ -31,7 +32,7 @@ BUDGET_BYTES = 64 * 1024 * 1024
 
 @dataclass
 class TraceIndex:
-    """A parsed trace: columns plus what the writer needs to re-read the file."""
+    """A parsed trace: columns plus the way back to any event's JSON (`source`)."""
 
     path: str
     format: str
@@ -39,8 +40,9 @@ class TraceIndex:
     metadata: dict
     truncated: bool
     file_bytes: int
-    json_bytes: int
+    json_bytes: int  # bytes of the decompressed input
     seconds: float
+    source: EventSource
     extra: dict = field(default_factory=dict)
 
     @property
@@ -56,13 +58,24 @@ class TraceIndex:
         return np.repeat(per, t.block_events)
 
 
+# An XSpace starts with one of its fields: planes (1), errors (2), warnings (3) or
+# hostnames (4), all length-delimited: tag bytes 0x0a, 0x12, 0x1a, 0x22.
+_XSPACE_FIRST_BYTES = b"\x0a\x12\x1a\x22"
+
+
 def _sniff(stream: TraceStream) -> str:
-    head = stream.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+    """The format, from the content (names lie: `.json` files hold anything)."""
+    raw = stream.peek(64)
+    head = raw.lstrip(b"\xef\xbb\xbf \t\r\n")
     if head[:1] in (b"{", b"["):
         return "chrome-json"
-    if not head:
+    if not raw:
         raise TraceError(f"empty file: {os.path.basename(stream.path)} holds no trace")
-    raise TraceError(f"not a trace: {os.path.basename(stream.path)} is neither Chrome trace JSON nor a known profile format")
+    if raw[0] in _XSPACE_FIRST_BYTES and os.path.basename(stream.path).endswith((".pb", ".pb.gz")):
+        return "xspace"
+    raise TraceError(
+        f"not a trace: {os.path.basename(stream.path)} is neither Chrome trace JSON nor an XSpace (.xplane.pb)"
+    )
 
 
 def release_free_memory() -> None:
@@ -87,6 +100,14 @@ def index_file(
     began = time.perf_counter()
     with TraceStream(path, max_inflated_bytes, progress) as stream:
         fmt = _sniff(stream)
+        if fmt == "xspace":
+            space = read_xspace(stream)
+            release_free_memory()
+            return TraceIndex(
+                path=path, format=fmt, table=space.table, metadata=space.metadata, truncated=False,
+                file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
+                source=space, extra=space.extra,
+            )
         reader = ChromeJsonReader(stream)
         builder = TableBuilder()
         sizes: list[int] = []
@@ -110,6 +131,7 @@ def index_file(
             file_bytes=stream.file_bytes,
             json_bytes=stream.inflated,
             seconds=time.perf_counter() - began,
+            source=ChromeJsonEvents(path, max_inflated_bytes, len(table)),
             extra={"container": reader.container},
         )
 
@@ -168,7 +190,6 @@ def reduce_index(
     start_us: Optional[float] = None,
     end_us: Optional[float] = None,
     gzip: bool = True,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     progress: Optional[Progress] = None,
 ) -> dict[str, Any]:
     """Write the reduction of an indexed trace to `out`; returns the stats."""
@@ -179,8 +200,7 @@ def reduce_index(
     obj = tb_reduce_object(index, p, level == "auto")
     t_write = time.perf_counter()
     sink = Sink(out, gzip)
-    write_trace(index.path, p, index.table.tracks, index.table.names, index.metadata, obj, sink,
-                max_inflated_bytes, progress, expected_events=index.events)
+    write_trace(index.source, p, index.table.tracks, index.table.names, index.metadata, obj, sink, progress)
     sink.close()
     stats = dict(obj)
     stats["output"] = dict(obj["output"], json_bytes=sink.bytes)
@@ -211,7 +231,7 @@ def reduce_file(
     f, finish = atomic_output(dst)
     ok = False
     try:
-        stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), max_inflated_bytes, phase(size))
+        stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size))
         ok = True
     finally:
         finish(ok)
@@ -221,10 +241,11 @@ def reduce_file(
 
 
 def event_json(index: TraceIndex, i: int) -> bytes:
-    """The original JSON of event `i`, exactly as the file holds it (for details views)."""
+    """The full JSON of event `i` (for details views): for Chrome JSON exactly as the
+    file holds it, for XSpace as converted with all its args."""
     if not 0 <= i < index.events:
         raise TraceError(f"no event {i}: the trace has {index.events:,}")
-    for block in original_events(index.path, np.asarray([i]), DEFAULT_MAX_INFLATED_BYTES, expected_events=index.events):
+    for block in index.source.events(np.asarray([i]), 0):
         return block[0]
     raise TraceError(f"event {i} could not be read back")  # pragma: no cover
 

@@ -1,8 +1,10 @@
 """Writing a reduced trace: Chrome JSON Object format, streamed, deterministic.
 
-Kept events are copied from a second streaming pass over the input, so level 0 and
-1 write each event's original bytes unchanged, and memory never holds the trace.
-Levels 2–4 re-encode only the kept events whose args they cut or drop.
+Kept events come from the input format's `EventSource` by index: for Chrome JSON
+a second streaming pass copies their original bytes (so levels 0 and 1 write them
+unchanged and memory never holds the trace); for XSpace they are generated from
+the kept payloads. Levels 2–4 re-encode only the kept events whose args they cut
+or drop.
 """
 
 from __future__ import annotations
@@ -11,23 +13,19 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, BinaryIO, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Protocol
 
 import msgspec
 import numpy as np
 import orjson
 from isal import igzip
 
-from .chrome_json import ChromeJsonReader
-from .errors import TraceError
 from .reduction import Plan
-from .sources import TraceStream
 
 STRING_LIMIT = 256
 LIST_LIMIT = 32
 KEPT_ARG_KEYS = ("bind_id", "flow_in", "flow_out")
 SUMMARY_CAT = "tb_reduce.summary"
-_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _any = msgspec.json.Decoder()
 
 
@@ -139,47 +137,30 @@ class Sink:
             self._gz.close()
 
 
-def original_events(
-    src: str,
-    indices: np.ndarray,
-    max_inflated_bytes: int,
-    progress: Optional[Callable[[int, int], None]] = None,
-    expected_events: Optional[int] = None,
-) -> Iterator[list[bytes]]:
-    """The original JSON bytes of the events at sorted `indices`, block by block.
+class EventSource(Protocol):
+    """Where the JSON of input events comes from, by index (one per input format)."""
 
-    The event table keeps no JSON; this streams the file again and slices out the
-    events asked for, so memory stays bounded by one block.
-    """
-    base = 0
-    with TraceStream(src, max_inflated_bytes, progress) as stream:
-        for raws in ChromeJsonReader(stream).blocks(_raw_list.decode):
-            n = len(raws)
-            lo, hi = np.searchsorted(indices, [base, base + n])
-            if hi > lo:
-                yield [bytes(raws[i]) for i in (indices[lo:hi] - base).tolist()]
-            base += n
-    if expected_events is not None and base != expected_events:
-        raise TraceError(f"{os.path.basename(src)} changed while it was read ({expected_events:,} then {base:,} events)")
+    def events(self, indices: np.ndarray, level: int, progress: Optional[Callable[[int, int], None]] = None,
+               ) -> Iterator[list[bytes]]:
+        """The JSON of the events at sorted `indices`, in order, in blocks."""
+        ...
 
 
 def write_trace(
-    src: str,
+    source: EventSource,
     plan: Plan,
     tracks: list,
     names: list,
     metadata: dict,
     tb_reduce: dict,
     sink: Sink,
-    max_inflated_bytes: int,
     progress: Optional[Callable[[int, int], None]] = None,
-    expected_events: Optional[int] = None,
 ) -> int:
     """Stream the reduced trace into `sink`; returns the number of events written."""
     written = 0
     sink.write(b'{"traceEvents":[\n')
     sep = b""
-    for raws in original_events(src, plan.keep, max_inflated_bytes, progress, expected_events):
+    for raws in source.events(plan.keep, plan.level, progress):
         parts = [transform(raw, plan.level) for raw in raws]
         sink.write(sep + b",\n".join(parts))
         sep = b",\n"

@@ -1,11 +1,14 @@
-"""Every real Chrome-JSON trace of ../shared/corpus, at every level, judged by the oracle.
+"""Every real trace of ../shared/corpus, at every level, judged by the oracle.
 
 The corpus holds what real profilers write (Kineto on NVIDIA/AMD/MTIA, catapult's
 phase zoo, viztracer, speedscope, JAX), so this sweep is where the quirks the
 property tests can only imitate actually occur: epoch timestamps whose ulp is 0.25 µs,
 hundreds of thousands of M events, flows by the ten thousand. Each trace is reduced
 at levels 0–4 over the whole trace and once at level 2 over the middle third of it,
-and every output is checked by `reference_checker.check_reduction`.
+and every output is checked by `reference_checker.check_reduction`. XSpace files
+(TensorFlow multi-GPU, TPU, JAX on MI300X and on the CPU) are judged against the
+independent conversion of `xspace_oracle`, whose equality with our own level 0 is
+tested in test_xspace.
 """
 
 from __future__ import annotations
@@ -22,22 +25,25 @@ import pytest
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.pipeline import reduce_to_bytes
 from tests.reference_checker import check_reduction, default_window, load_trace
+from tests.xspace_oracle import convert
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 # rocprofiler-sdk's own JSON: a real file that is not a trace, so it must be refused.
 NOT_A_TRACE = "public/TraceLens/tests__rocprof__908_results.json.gz"
+# A real XSpace mangled by a text round-trip: must be refused.
+CORRUPT_XSPACE = "public/xprof/xprof__convert__test_xplanes__tpu_inference_2@bfd424c8-CORRUPT.xplane.pb"
 
 
 def _traces() -> list[str]:
-    """Chrome-JSON traces under public/*/ and generated/*/, relative to the corpus."""
+    """Chrome-JSON and XSpace traces under public/*/ and generated/*/, relative to the corpus."""
     if not CORPUS.is_dir():
         return []
     found = []
     for part in ("public", "generated"):
         for path in sorted((CORPUS / part).glob("*/*")):
             rel = path.relative_to(CORPUS).as_posix()
-            if path.name.endswith((".json", ".json.gz")) and rel != NOT_A_TRACE:
+            if path.name.endswith((".json", ".json.gz", ".xplane.pb")) and rel not in (NOT_A_TRACE, CORRUPT_XSPACE):
                 found.append(rel)
     return found
 
@@ -76,7 +82,7 @@ def _input(trace: str) -> Any:
     if trace not in _parsed:
         _parsed.clear()
         with _gc_paused():
-            _parsed[trace] = load_trace(CORPUS / trace)
+            _parsed[trace] = convert(CORPUS / trace) if trace.endswith(".pb") else load_trace(CORPUS / trace)
     return _parsed[trace]
 
 
@@ -102,11 +108,18 @@ def test_every_corpus_trace_reduces_within_the_guarantees(case: tuple[str, int, 
 
 def test_the_corpus_holds_the_traces_this_sweep_expects() -> None:
     """A sweep over nothing would pass: make sure the corpus was found and read."""
-    assert len(TRACES) >= 50, TRACES
-    assert (CORPUS / NOT_A_TRACE).is_file()
+    assert len(TRACES) >= 58, TRACES
+    assert sum(t.endswith(".xplane.pb") for t in TRACES) == 9, TRACES
+    assert (CORPUS / NOT_A_TRACE).is_file() and (CORPUS / CORRUPT_XSPACE).is_file()
 
 
 def test_a_rocprofiler_results_file_is_refused_as_not_a_trace() -> None:
     with pytest.raises(TraceError) as err:
         reduce_to_bytes(CORPUS / NOT_A_TRACE, level=2)
     assert "\n" not in str(err.value) and str(err.value)
+
+
+def test_the_corrupt_xspace_is_refused_with_a_one_line_reason() -> None:
+    with pytest.raises(TraceError) as err:
+        reduce_to_bytes(CORPUS / CORRUPT_XSPACE, level=2)
+    assert "\n" not in str(err.value) and "XSpace" in str(err.value)

@@ -1,0 +1,489 @@
+"""XSpace (`*.xplane.pb`) input: XProf, JAX and TensorFlow profiles into the event model.
+
+Mapping (docs/SEMANTICS.md, "XSpace"): one process per non-empty plane, one thread
+per line, event name = metadata display_name (the full name then goes to
+`args.long_name`, as XProf does) else name; ts µs = (line.timestamp_ns × 1000 +
+offset_ps) / 10⁶, dur = duration_ps / 10⁶; stats become args (metadata stats first,
+then the event's own), `ref_value` resolved to the referenced name; a `_counters_`
+line becomes counter events. pids follow XProf where they can (host planes 701+,
+GPU/TPU planes 1 + plane id), tids are the line's display id cut to 32 bits, so a
+view lines up with what XProf and JAX's own `trace.json.gz` show.
+
+Speed: upb parses the file with events read as raw bytes (`xspace_schema`), and
+`decode_event_columns` decodes the events' fields for a whole line at once in
+numpy. The raw event payloads are kept (about the file's size), so the args of any
+kept event are decoded on demand without reading the file again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import orjson
+from google.protobuf.message import DecodeError
+
+from .errors import TraceError
+from .model import NAN, PH_C, PH_M, PH_X, EventTable, Interner
+from .sources import TraceStream
+from .xspace_schema import XEvent, XSpaceIndexView
+
+COUNTERS_LINE = "_counters_"
+HOST_PID = 701
+FIRST_DEVICE_PID, LAST_DEVICE_PID = 1, 500
+OTHER_PID = 1001
+_PAD = 32  # zero bytes after the payloads: every varint read ends inside the buffer
+_BIG_BYTES = 32
+
+
+# ---------------------------------------------------------------- wire decoding
+
+
+_STOP_BITS = np.uint64(0x8080808080808080)
+_ONE = np.uint64(1)
+_SEVEN_BITS = [np.uint64(0x7F << (7 * k)) for k in range(8)]
+
+
+def _windows(buf: np.ndarray) -> np.ndarray:
+    """Every 8-byte window of `buf` as a row (a view: no copy)."""
+    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 7, 8), strides=(1, 1), writeable=False)
+
+
+def _varints(buf: np.ndarray, pos: np.ndarray, windows: Optional[np.ndarray] = None,
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The varint at each position, as uint64, and the position after it.
+
+    Reads 8 bytes at each position as one little-endian word: the first byte with
+    its top bit clear ends the varint (its bit is the lowest of ~w & 0x80…80), and
+    the 7-bit groups are packed with eight shifts over the whole array. Varints
+    longer than 8 bytes (negative int64s, values ≥ 2⁵⁶) are rare and take a
+    byte-by-byte path.
+    """
+    first = buf[pos]
+    if not (first & 0x80).any():  # tags, lengths and small ids: one byte each
+        return first.astype(np.uint64), pos + 1
+    if windows is None:
+        windows = _windows(buf)
+    words = np.ascontiguousarray(windows[pos]).view("<u8").reshape(-1)
+    stop = ~words & _STOP_BITS
+    low = stop & (~stop + _ONE)  # lowest set bit; 0 when no byte in 8 ends the varint
+    nbytes = (np.log2(np.where(low == 0, 1.0, low.astype(np.float64))).astype(np.int64) + 1) // 8
+    words &= (low << _ONE) - _ONE
+    val = words & _SEVEN_BITS[0]
+    for k in range(1, 8):
+        val |= (words >> np.uint64(k)) & _SEVEN_BITS[k]
+    end = pos + nbytes
+    long = np.flatnonzero(low == 0)
+    if long.size:
+        val[long], end[long] = _long_varints(buf, pos[long])
+    return val, end
+
+
+def _long_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(pos)
+    val = np.zeros(n, dtype=np.uint64)
+    end = pos.copy()
+    todo = np.arange(n)
+    for k in range(10):
+        b = buf[end[todo]]
+        val[todo] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        end[todo] += 1
+        todo = todo[b >= 0x80]
+        if not todo.size:
+            return val, end
+    raise TraceError("corrupt XSpace: a varint longer than 10 bytes")
+
+
+EVENT_FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps", 5: "num_occurrences"}
+
+
+def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, np.ndarray]:
+    """Decode the scalar fields of many serialized `XEvent`s at once.
+
+    `buf` holds the payloads (plus `_PAD` zero bytes), event k in
+    `buf[starts[k]:ends[k]]`. Each round reads one field of every event not yet
+    finished, so the rounds number the most fields any event has (stats are
+    skipped over by their length), and each round is a few numpy calls. Fields may
+    come in any order, unknown fields are skipped, and an event whose fields
+    overrun its bytes is reported as corrupt rather than read past.
+    """
+    n = len(starts)
+    # One row per field number up to 5; other numbers land in row 0 and are ignored.
+    rows = np.zeros((6, n), dtype=np.int64)
+    pos = starts.astype(np.int64, copy=True)
+    ends = ends.astype(np.int64, copy=False)
+    act = np.flatnonzero(pos < ends)
+    win = _windows(buf)
+    while act.size:
+        tag, p = _varints(buf, pos[act], win)
+        number = (tag >> np.uint64(3)).astype(np.int64)
+        wire = (tag & np.uint64(7)).astype(np.int64)
+        if ((number == 0) | (wire == 3) | (wire == 4) | (wire > 5)).any():
+            raise TraceError("corrupt XSpace: an event holds an invalid field tag")
+        is_varint = wire == 0
+        if is_varint.all():
+            val, p = _varints(buf, p, win)
+            rows[np.where(number <= 5, number, 0), act] = val.view(np.int64)
+        else:
+            varint = np.flatnonzero(is_varint)
+            if varint.size:
+                val, p[varint] = _varints(buf, p[varint], win)
+                num = number[varint]
+                rows[np.where(num <= 5, num, 0), act[varint]] = val.view(np.int64)
+            sized = np.flatnonzero(wire == 2)
+            if sized.size:
+                length, after = _varints(buf, p[sized], win)
+                if (length > np.uint64(1 << 40)).any():
+                    raise TraceError("corrupt XSpace: a field longer than its event")
+                p[sized] = after + length.astype(np.int64)
+            p[wire == 1] += 8
+            p[wire == 5] += 4
+        pos[act] = p
+        left = ends[act] - p
+        if (left < 0).any():
+            raise TraceError("corrupt XSpace: an event's fields run past its end")
+        act = act[left > 0]
+    return {name: rows[num] for num, name in EVENT_FIELDS.items()}
+
+
+# ---------------------------------------------------------------- stats
+
+
+def _stat_value(stat: Any, stat_names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return stat_names.get(stat.ref_value, f"stat {stat.ref_value}")
+    if kind == "bytes_value":
+        raw = stat.bytes_value
+        return raw.hex() if len(raw) <= _BIG_BYTES else f"<{len(raw)} bytes>"
+    return getattr(stat, kind)
+
+
+def stats_dict(stats: Any, stat_names: dict[int, str], into: Optional[dict] = None) -> dict:
+    """XStats as args: keys are the stat metadata names, later stats win."""
+    out = {} if into is None else into
+    for st in stats:
+        out[stat_names.get(st.metadata_id, f"stat {st.metadata_id}")] = _stat_value(st, stat_names)
+    return out
+
+
+def _number(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    x = float(v)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+# ---------------------------------------------------------------- the trace
+
+
+@dataclass
+class _Plane:
+    name: str
+    pid: int
+    stat_names: dict[int, str]
+    md_args: dict[int, dict]  # metadata id -> args every event of it carries
+
+
+@dataclass
+class _Line:
+    first: int  # index of the line's first event in the table
+    plane: _Plane
+    pid: int
+    tid: int
+    counter: bool
+    data: bytes  # the events' payloads, back to back
+    offsets: np.ndarray  # event k is data[offsets[k]:offsets[k + 1]]
+
+
+@dataclass
+class XSpaceTrace:
+    """What `index_file` keeps of an XSpace: the table and the way back to any event."""
+
+    table: EventTable
+    metadata: dict
+    meta_json: list[bytes]
+    lines: list[_Line]
+    line_first: np.ndarray
+    payload_bytes: int
+    extra: dict = field(default_factory=dict)
+
+    def events(self, indices: np.ndarray, level: int, progress: Optional[Callable[[int, int], None]] = None,
+               ) -> Iterator[list[bytes]]:
+        """The JSON of the events at sorted `indices`, line by line.
+
+        Levels 3 and 4 drop args, so they are not decoded there (counters keep
+        theirs: a counter's args are its values).
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        n_meta = len(self.meta_json)
+        cut = int(np.searchsorted(indices, n_meta))
+        if cut:
+            yield [self.meta_json[i] for i in indices[:cut].tolist()]
+        rest = indices[cut:]
+        if not rest.size:
+            return
+        which = np.searchsorted(self.line_first, rest, side="right") - 1
+        bounds = np.flatnonzero(np.diff(which)) + 1
+        done = 0
+        for chunk in np.split(np.arange(len(rest)), bounds):
+            line = self.lines[int(which[chunk[0]])]
+            ids = rest[chunk]
+            out = [self._event(line, i, int(i - line.first), level) for i in ids.tolist()]
+            done += len(out)
+            if progress is not None:
+                progress(done, len(rest))
+            yield out
+
+    def _event(self, line: _Line, i: int, k: int, level: int) -> bytes:
+        t = self.table
+        name = t.names[t.name[i]]
+        ev: dict[str, Any] = {"ph": "C" if line.counter else "X", "pid": line.pid, "tid": line.tid,
+                              "ts": float(t.ts[i])}
+        if not line.counter:
+            ev["dur"] = float(t.dur[i])
+        ev["name"] = name
+        if line.counter or level < 3:
+            args = self.args(line, k)
+            if line.counter:
+                args = {key: v for key, v in args.items() if _number(v) is not None}
+            if args:
+                ev["args"] = args
+        return orjson.dumps(ev)
+
+    def args(self, line: _Line, k: int) -> dict:
+        payload = line.data[line.offsets[k]:line.offsets[k + 1]]
+        ev = XEvent.FromString(payload)
+        args = dict(line.plane.md_args.get(ev.metadata_id, {}))
+        return stats_dict(ev.stats, line.plane.stat_names, args)
+
+
+def _plane_pids(planes: list[Any]) -> list[int]:
+    """pids as XProf assigns them where possible; unique in any case."""
+    used: set[int] = set()
+    pids = [0] * len(planes)
+    host = sorted((p.name, i) for i, p in enumerate(planes) if p.name.startswith("/host:CPU"))
+    wanted: dict[int, int] = {i: HOST_PID + r for r, (_, i) in enumerate(host)}
+    for i, p in enumerate(planes):
+        if i not in wanted and p.name.startswith(("/device:GPU:", "/device:TPU:")):
+            pid = FIRST_DEVICE_PID + p.id
+            wanted[i] = pid if FIRST_DEVICE_PID <= pid <= LAST_DEVICE_PID else FIRST_DEVICE_PID
+    nxt = OTHER_PID
+    for i in range(len(planes)):
+        pid = wanted.get(i)
+        if pid is None or pid in used:
+            while nxt in used:
+                nxt += 1
+            pid = nxt
+        used.add(pid)
+        pids[i] = pid
+    return pids
+
+
+def _meta(ph_name: str, pid: int, tid: Optional[int], args: dict) -> bytes:
+    ev: dict[str, Any] = {"ph": "M", "pid": pid}
+    if tid is not None:
+        ev["tid"] = tid
+    ev["name"] = ph_name
+    ev["args"] = args
+    return orjson.dumps(ev)
+
+
+def _timestamps(base_ns: int, offset_ps: np.ndarray) -> np.ndarray:
+    """(base_ns × 1000 + offset_ps) / 10⁶ with one rounding, even at epoch times.
+
+    base_ns × 1000 overflows int64 for epoch timestamps, so whole microseconds and
+    the picosecond remainder are added apart and only the sum is rounded.
+    """
+    whole_us, rest_ns = divmod(int(base_ns), 1000)
+    ps = offset_ps + rest_ns * 1000
+    q, r = np.divmod(ps, 1_000_000)
+    return (q + whole_us).astype(np.float64) + r.astype(np.float64) / 1e6
+
+
+class _Columns:
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ph", "ts", "dur", "track", "name")}
+
+    def add(self, ph: np.ndarray, ts: np.ndarray, dur: np.ndarray, track: np.ndarray, name: np.ndarray) -> None:
+        for key, arr in zip(("ph", "ts", "dur", "track", "name"), (ph, ts, dur, track, name)):
+            self.parts[key].append(arr)
+
+    def column(self, key: str, dtype: Any) -> np.ndarray:
+        parts = self.parts.pop(key)
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+
+def read_xspace(stream: TraceStream) -> XSpaceTrace:
+    """Parse a whole XSpace (protobuf cannot be streamed) into the event model."""
+    chunks = []
+    while True:
+        block = stream.read()
+        if not block:
+            break
+        chunks.append(block)
+    data = b"".join(chunks)
+    del chunks
+    base = os.path.basename(stream.path)
+    try:
+        space = XSpaceIndexView.FromString(data)
+    except DecodeError as exc:
+        raise TraceError(f"not a valid XSpace: {base}: {exc}") from None
+    del data
+    return _convert(space, base)
+
+
+def _convert(space: Any, base: str) -> XSpaceTrace:
+    names, tracks = Interner(), Interner()
+    cols = _Columns()
+    meta_json: list[bytes] = []
+    meta_rows: list[tuple[tuple, str]] = []
+    lines: list[_Line] = []
+    c_event: list[int] = []
+    c_series: list[tuple] = []
+    c_value: list[float] = []
+    planes_info: list[dict] = []
+    planes = list(space.planes)
+    pids = _plane_pids(planes)
+    pending: list[tuple[Any, _Plane, list]] = []
+    for plane, pid in zip(planes, pids):
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        info: dict[str, Any] = {"name": plane.name, "id": plane.id}
+        pstats = stats_dict(plane.stats, stat_names)
+        if pstats:
+            info["stats"] = pstats
+        full = [ln for ln in plane.lines if len(ln.events)]
+        if full:
+            info["pid"] = pid
+        planes_info.append(info)
+        if not full:
+            continue
+        md_args: dict[int, dict] = {}
+        md_ids, md_names = [], []
+        for mid, md in plane.event_metadata.items():
+            md_ids.append(mid)
+            shown = md.display_name or md.name
+            md_names.append(shown)
+            args: dict[str, Any] = {}
+            if md.display_name and md.name and md.display_name != md.name:
+                args["long_name"] = md.name
+            stats_dict(md.stats, stat_names, args)
+            if args:
+                md_args[mid] = args
+        pl = _Plane(plane.name, pid, stat_names, md_args)
+        order = np.argsort(np.asarray(md_ids, dtype=np.int64), kind="stable")
+        pl_ids = np.asarray(md_ids, dtype=np.int64)[order]
+        pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
+        meta_rows.append(((pid, None), "process_name"))
+        meta_json.append(_meta("process_name", pid, None, {"name": plane.name}))
+        meta_rows.append(((pid, None), "process_sort_index"))
+        meta_json.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
+        used_tids: set[int] = set()
+        for rank, ln in enumerate(full):
+            tid = (ln.display_id or ln.id) & 0xFFFFFFFF
+            while tid in used_tids:
+                tid = (tid + 1) & 0xFFFFFFFF
+            used_tids.add(tid)
+            counter = ln.name == COUNTERS_LINE
+            if not counter:
+                meta_rows.append(((pid, tid), "thread_name"))
+                meta_json.append(_meta("thread_name", pid, tid, {"name": ln.display_name or ln.name}))
+                meta_rows.append(((pid, tid), "thread_sort_index"))
+                meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
+            pending.append((ln, pl, [pid, tid, counter, pl_ids, pl_names]))
+    n_meta = len(meta_json)
+    unknown_name = None
+    first = n_meta
+    line_first: list[int] = []
+    payload_bytes = 0
+    for ln, pl, (pid, tid, counter, pl_ids, pl_names) in pending:
+        payloads = list(ln.events)
+        n = len(payloads)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
+        blob = b"".join(payloads)
+        del payloads
+        payload_bytes += len(blob)
+        buf = np.frombuffer(blob + bytes(_PAD), dtype=np.uint8)
+        ev = decode_event_columns(buf, offsets[:-1], offsets[1:])
+        del buf
+        mids = ev["metadata_id"]
+        at = np.searchsorted(pl_ids, mids)
+        found = at < len(pl_ids)
+        found[found] = pl_ids[at[found]] == mids[found]
+        name_ids = np.empty(n, dtype=np.int32)
+        name_ids[found] = pl_names[at[found]]
+        if not found.all():
+            if unknown_name is None:
+                unknown_name = int(names.ids_of([""])[0])
+            name_ids[~found] = unknown_name
+        track = int(tracks.ids_of([(pid, tid)])[0])
+        ts = _timestamps(ln.timestamp_ns, ev["offset_ps"])
+        dur = ev["duration_ps"].astype(np.float64) / 1e6
+        line = _Line(first, pl, pid, tid, counter, blob, offsets)
+        if counter:
+            dur[:] = NAN
+            for k in range(n):
+                for key, value in _counter_values(line, k):
+                    c_event.append(first + k)
+                    c_series.append((pid, names.values[name_ids[k]], None, key))
+                    c_value.append(value)
+        cols.add(np.full(n, PH_C if counter else PH_X, dtype=np.uint8), ts, dur,
+                 np.full(n, track, dtype=np.int32), name_ids)
+        lines.append(line)
+        line_first.append(first)
+        first += n
+    meta_tracks = tracks.ids_of([r[0] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
+    meta_names = names.ids_of([r[1] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
+    cols.parts["ph"].insert(0, np.full(n_meta, PH_M, dtype=np.uint8))
+    cols.parts["ts"].insert(0, np.full(n_meta, NAN))
+    cols.parts["dur"].insert(0, np.full(n_meta, NAN))
+    cols.parts["track"].insert(0, meta_tracks.astype(np.int32))
+    cols.parts["name"].insert(0, meta_names.astype(np.int32))
+    series = Interner()
+    total = first
+    est = 120 + 3 * payload_bytes / max(total - n_meta, 1)
+    table = EventTable(
+        ph=cols.column("ph", np.uint8),
+        ts=cols.column("ts", np.float64),
+        dur=cols.column("dur", np.float64),
+        track=cols.column("track", np.int32),
+        name=cols.column("name", np.int32),
+        flow_key=np.full(total, -1, dtype=np.int32),
+        bind_enclosing=np.zeros(total, dtype=bool),
+        scope=np.zeros(total, dtype=np.uint8),
+        tracks=list(tracks.values),
+        names=list(names.values),
+        counter_event=np.asarray(c_event, dtype=np.int64),
+        counter_series=series.ids_of(c_series).astype(np.int64) if c_series else np.zeros(0, np.int64),
+        counter_value=np.asarray(c_value, dtype=np.float64),
+        series=list(series.values),
+        block_events=[n_meta, total - n_meta],
+        block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
+    )
+    metadata = {"displayTimeUnit": "ns", "xspace": _space_info(space, planes_info)}
+    return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64), payload_bytes,
+                       extra={"planes": len(planes), "lines": len(lines), "file": base})
+
+
+def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
+    payload = line.data[line.offsets[k]:line.offsets[k + 1]]
+    out = []
+    for key, v in stats_dict(XEvent.FromString(payload).stats, line.plane.stat_names).items():
+        x = _number(v)
+        if x is not None:
+            out.append((key, x))
+    return out
+
+
+def _space_info(space: Any, planes: list[dict]) -> dict:
+    info: dict[str, Any] = {"hostnames": list(space.hostnames), "planes": planes}
+    if len(space.errors):
+        info["errors"] = list(space.errors)
+    if len(space.warnings):
+        info["warnings"] = list(space.warnings)
+    return info
