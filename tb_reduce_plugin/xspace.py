@@ -18,6 +18,7 @@ kept event are decoded on demand without reading the file again.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
@@ -36,6 +37,8 @@ FIRST_DEVICE_PID, LAST_DEVICE_PID = 1, 500
 OTHER_PID = 1001
 _PAD = 32  # zero bytes after the payloads: every varint read ends inside the buffer
 _BIG_BYTES = 32
+_CHUNK = 1 << 18  # events decoded per task
+_THREADS = min(4, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------- wire decoding
@@ -47,34 +50,31 @@ _SEVEN_BITS = [np.uint64(0x7F << (7 * k)) for k in range(8)]
 
 
 def _windows(buf: np.ndarray) -> np.ndarray:
-    """Every 8-byte window of `buf` as a row (a view: no copy)."""
-    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 7, 8), strides=(1, 1), writeable=False)
+    """The little-endian uint64 starting at every byte of `buf` (an unaligned view: no copy)."""
+    return np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray, windows: Optional[np.ndarray] = None,
-             ) -> tuple[np.ndarray, np.ndarray]:
+def _varints(buf: np.ndarray, pos: np.ndarray, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The varint at each position, as uint64, and the position after it.
 
     Reads 8 bytes at each position as one little-endian word: the first byte with
-    its top bit clear ends the varint (its bit is the lowest of ~w & 0x80…80), and
-    the 7-bit groups are packed with eight shifts over the whole array. Varints
-    longer than 8 bytes (negative int64s, values ≥ 2⁵⁶) are rare and take a
-    byte-by-byte path.
+    its top bit clear ends the varint (its bit is the lowest of ~w & 0x80…80, and
+    the float exponent of that bit says which byte it is), and the 7-bit groups are
+    packed with eight shifts over the whole array. Varints longer than 8 bytes
+    (negative int64s, values ≥ 2⁵⁶) are rare and take a byte-by-byte path.
     """
     first = buf[pos]
-    if not (first & 0x80).any():  # tags, lengths and small ids: one byte each
+    if not (first & 0x80).any():  # small ids and lengths: one byte each
         return first.astype(np.uint64), pos + 1
-    if windows is None:
-        windows = _windows(buf)
-    words = np.ascontiguousarray(windows[pos]).view("<u8").reshape(-1)
+    words = windows[pos]
     stop = ~words & _STOP_BITS
-    low = stop & (~stop + _ONE)  # lowest set bit; 0 when no byte in 8 ends the varint
-    nbytes = (np.log2(np.where(low == 0, 1.0, low.astype(np.float64))).astype(np.int64) + 1) // 8
+    low = stop & (~stop + _ONE)  # lowest set bit, 2^(8k+7); 0 when no byte in 8 ends the varint
+    exponent = low.astype(np.float64).view(np.int64) >> 52  # 1023 + 8k + 7 (0 for no bit)
+    end = pos + ((exponent - 1030) >> 3) + 1
     words &= (low << _ONE) - _ONE
     val = words & _SEVEN_BITS[0]
     for k in range(1, 8):
         val |= (words >> np.uint64(k)) & _SEVEN_BITS[k]
-    end = pos + nbytes
     long = np.flatnonzero(low == 0)
     if long.size:
         val[long], end[long] = _long_varints(buf, pos[long])
@@ -97,6 +97,8 @@ def _long_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 EVENT_FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps", 5: "num_occurrences"}
+_VALID_WIRE = np.array([True, True, True, False, False, True, False, False])
+_MAX_FIELD = 5
 
 
 def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, np.ndarray]:
@@ -105,33 +107,36 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     `buf` holds the payloads (plus `_PAD` zero bytes), event k in
     `buf[starts[k]:ends[k]]`. Each round reads one field of every event not yet
     finished, so the rounds number the most fields any event has (stats are
-    skipped over by their length), and each round is a few numpy calls. Fields may
-    come in any order, unknown fields are skipped, and an event whose fields
-    overrun its bytes is reported as corrupt rather than read past.
+    skipped over by their length), and each round is a few numpy calls on the
+    events still active. Fields may come in any order, unknown fields are skipped,
+    and an event whose fields overrun its bytes is reported as corrupt rather than
+    read past.
     """
     n = len(starts)
     # One row per field number up to 5; other numbers land in row 0 and are ignored.
-    rows = np.zeros((6, n), dtype=np.int64)
-    pos = starts.astype(np.int64, copy=True)
-    ends = ends.astype(np.int64, copy=False)
-    act = np.flatnonzero(pos < ends)
+    rows = np.zeros((_MAX_FIELD + 1, n), dtype=np.int64)
     win = _windows(buf)
-    while act.size:
-        tag, p = _varints(buf, pos[act], win)
-        number = (tag >> np.uint64(3)).astype(np.int64)
-        wire = (tag & np.uint64(7)).astype(np.int64)
-        if ((number == 0) | (wire == 3) | (wire == 4) | (wire > 5)).any():
-            raise TraceError("corrupt XSpace: an event holds an invalid field tag")
-        is_varint = wire == 0
-        if is_varint.all():
-            val, p = _varints(buf, p, win)
-            rows[np.where(number <= 5, number, 0), act] = val.view(np.int64)
+    live = np.flatnonzero(starts < ends)
+    p, end = starts[live].astype(np.int64), ends[live].astype(np.int64)
+    while live.size:
+        tag = buf[p]
+        if (tag & 0x80).any():  # field numbers over 15: rare
+            wide, p = _varints(buf, p, win)
+            number, wire = (wide >> np.uint64(3)).astype(np.int64), (wide & np.uint64(7)).astype(np.int64)
         else:
-            varint = np.flatnonzero(is_varint)
+            number, wire = tag >> 3, tag & 7
+            p = p + 1
+        if (~_VALID_WIRE[wire] | (number == 0)).any():
+            raise TraceError("corrupt XSpace: an event holds an invalid field tag")
+        row = np.where(number <= _MAX_FIELD, number, 0)
+        if not wire.any():  # every field of this round is a varint
+            val, p = _varints(buf, p, win)
+            rows[row, live] = val.view(np.int64)
+        else:
+            varint = np.flatnonzero(wire == 0)
             if varint.size:
                 val, p[varint] = _varints(buf, p[varint], win)
-                num = number[varint]
-                rows[np.where(num <= 5, num, 0), act[varint]] = val.view(np.int64)
+                rows[row[varint], live[varint]] = val.view(np.int64)
             sized = np.flatnonzero(wire == 2)
             if sized.size:
                 length, after = _varints(buf, p[sized], win)
@@ -140,12 +145,42 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
                 p[sized] = after + length.astype(np.int64)
             p[wire == 1] += 8
             p[wire == 5] += 4
-        pos[act] = p
-        left = ends[act] - p
+        left = end - p
         if (left < 0).any():
             raise TraceError("corrupt XSpace: an event's fields run past its end")
-        act = act[left > 0]
+        more = left > 0
+        if not more.all():
+            live, p, end = live[more], p[more], end[more]
     return {name: rows[num] for num, name in EVENT_FIELDS.items()}
+
+
+def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """`decode_event_columns` for many lines, in chunks of events decoded on threads.
+
+    Events are independent and numpy releases the GIL in the calls that do the
+    work, so chunks run in parallel whatever the layout (one huge line or many).
+    """
+    tasks = [(k, lo) for k, (_, starts, _) in enumerate(lines) for lo in range(0, len(starts), _CHUNK)]
+
+    def run(task: tuple[int, int]) -> dict[str, np.ndarray]:
+        k, lo = task
+        buf, starts, ends = lines[k]
+        return decode_event_columns(buf, starts[lo:lo + _CHUNK], ends[lo:lo + _CHUNK])
+
+    workers = min(_THREADS, len(tasks))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(run, tasks))
+    else:
+        parts = [run(t) for t in tasks]
+    out: list[dict[str, np.ndarray]] = []
+    for k in range(len(lines)):
+        mine = [parts[i] for i, t in enumerate(tasks) if t[0] == k]
+        if not mine:
+            out.append({name: np.zeros(0, dtype=np.int64) for name in EVENT_FIELDS.values()})
+        else:
+            out.append({name: np.concatenate([m[name] for m in mine]) for name in EVENT_FIELDS.values()})
+    return out
 
 
 # ---------------------------------------------------------------- stats
@@ -196,8 +231,9 @@ class _Line:
     pid: int
     tid: int
     counter: bool
-    data: bytes  # the events' payloads, back to back
-    offsets: np.ndarray  # event k is data[offsets[k]:offsets[k + 1]]
+    data: bytes  # the file, or (when events are not laid out as usual) the payloads back to back
+    starts: np.ndarray  # event k is data[starts[k]:ends[k]]
+    ends: np.ndarray
 
 
 @dataclass
@@ -256,8 +292,7 @@ class XSpaceTrace:
         return orjson.dumps(ev)
 
     def args(self, line: _Line, k: int) -> dict:
-        payload = line.data[line.offsets[k]:line.offsets[k + 1]]
-        ev = XEvent.FromString(payload)
+        ev = XEvent.FromString(line.data[line.starts[k]:line.ends[k]])
         args = dict(line.plane.md_args.get(ev.metadata_id, {}))
         return stats_dict(ev.stats, line.plane.stat_names, args)
 
@@ -326,18 +361,77 @@ def read_xspace(stream: TraceStream) -> XSpaceTrace:
         if not block:
             break
         chunks.append(block)
+    chunks.append(bytes(_PAD))
     data = b"".join(chunks)
     del chunks
     base = os.path.basename(stream.path)
     try:
-        space = XSpaceIndexView.FromString(data)
+        space = XSpaceIndexView.FromString(memoryview(data)[:-_PAD])
     except DecodeError as exc:
         raise TraceError(f"not a valid XSpace: {base}: {exc}") from None
-    del data
-    return _convert(space, base)
+    return _convert(space, base, _File(data))
 
 
-def _convert(space: Any, base: str) -> XSpaceTrace:
+class _File:
+    """The file's bytes (with `_PAD` zeros after them), and where the reader is in them."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.buf = np.frombuffer(data, dtype=np.uint8)
+        self.words = _windows(self.buf)
+        self.cursor = 0
+
+    def payloads(self, events: Any) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        """(bytes, starts, ends, bytes as uint8) of one line's event payloads.
+
+        upb hands each payload over as a new bytes object; copying them all back to
+        back costs time and memory, so the line's events are found in the file
+        itself instead: writers put them one after another (`0x22`, length,
+        payload), which the lengths upb gives confirm, vectorised, before use.
+        Anything else falls back to the copy.
+        """
+        n = len(events)
+        lens = np.fromiter(map(len, events), dtype=np.int64, count=n)
+        found = self._locate(events[0], events[n - 1], lens)
+        if found is not None:
+            return self.data, found, found + lens, self.buf
+        ends = np.cumsum(lens)
+        blob = b"".join(events) + bytes(_PAD)
+        return blob, ends - lens, ends, np.frombuffer(blob, dtype=np.uint8)
+
+    def _locate(self, first: bytes, last: bytes, lens: np.ndarray) -> Optional[np.ndarray]:
+        # The tag byte, then the length as a varint (one byte per 7 bits).
+        header = 2 + sum((lens >= (1 << (7 * k))).astype(np.int64) for k in range(1, 10))
+        sizes = header + lens
+        tags = np.zeros(len(lens), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=tags[1:])
+        total = int(tags[-1] + sizes[-1])
+        limit = len(self.data) - _PAD
+        at = self.data.find(b"\x22" + _varint_bytes(len(first)) + first, self.cursor, limit)
+        for _ in range(8):
+            if at < 0 or at + total > limit:
+                return None
+            pos = tags + at
+            if (self.buf[pos] == 0x22).all():
+                length, after = _varints(self.buf, pos + 1, self.words)
+                if (length.view(np.int64) == lens).all() and (after == pos + header).all():
+                    if self.data[at + total - len(last):at + total] == last:
+                        self.cursor = at + total
+                        return pos + header
+            at = self.data.find(b"\x22" + _varint_bytes(len(first)) + first, at + 1, limit)
+        return None
+
+
+def _varint_bytes(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _convert(space: Any, base: str, file: _File) -> XSpaceTrace:
     names, tracks = Interner(), Interner()
     cols = _Columns()
     meta_json: list[bytes] = []
@@ -400,17 +494,11 @@ def _convert(space: Any, base: str) -> XSpaceTrace:
     first = n_meta
     line_first: list[int] = []
     payload_bytes = 0
-    for ln, pl, (pid, tid, counter, pl_ids, pl_names) in pending:
-        payloads = list(ln.events)
-        n = len(payloads)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
-        blob = b"".join(payloads)
-        del payloads
-        payload_bytes += len(blob)
-        buf = np.frombuffer(blob + bytes(_PAD), dtype=np.uint8)
-        ev = decode_event_columns(buf, offsets[:-1], offsets[1:])
-        del buf
+    located = [file.payloads(ln.events) for ln, _, _ in pending]
+    decoded = decode_lines([(buf, starts, ends) for _, starts, ends, buf in located])
+    for (ln, pl, (pid, tid, counter, pl_ids, pl_names)), (data, starts, ends, _), ev in zip(pending, located, decoded):
+        n = len(starts)
+        payload_bytes += int((ends - starts).sum())
         mids = ev["metadata_id"]
         at = np.searchsorted(pl_ids, mids)
         found = at < len(pl_ids)
@@ -424,7 +512,7 @@ def _convert(space: Any, base: str) -> XSpaceTrace:
         track = int(tracks.ids_of([(pid, tid)])[0])
         ts = _timestamps(ln.timestamp_ns, ev["offset_ps"])
         dur = ev["duration_ps"].astype(np.float64) / 1e6
-        line = _Line(first, pl, pid, tid, counter, blob, offsets)
+        line = _Line(first, pl, pid, tid, counter, data, starts, ends)
         if counter:
             dur[:] = NAN
             for k in range(n):
@@ -471,9 +559,8 @@ def _convert(space: Any, base: str) -> XSpaceTrace:
 
 
 def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
-    payload = line.data[line.offsets[k]:line.offsets[k + 1]]
     out = []
-    for key, v in stats_dict(XEvent.FromString(payload).stats, line.plane.stat_names).items():
+    for key, v in stats_dict(XEvent.FromString(line.data[line.starts[k]:line.ends[k]]).stats, line.plane.stat_names).items():
         x = _number(v)
         if x is not None:
             out.append((key, x))

@@ -331,3 +331,31 @@ def test_protobuf_bytes_without_a_pb_name_are_not_taken_for_a_trace(tmp_path: Pa
     with pytest.raises(TraceError) as err:
         index_file(path)
     assert "not a trace" in str(err.value)
+
+
+def test_events_interleaved_with_other_line_fields_are_still_read(tmp_path: Path) -> None:
+    """Writers put a line's events back to back, and the reader finds them in the
+    file; a line whose events are split by other fields must take the copying path
+    and give the same events."""
+    ev = [field(1, 1) + field(2, k * 1000) + field(3, 500) for k in range(4)]
+    events = [field(4, e) for e in ev]
+    line = field(1, 9) + events[0] + events[1] + field(2, b"split") + events[2] + field(3, 5) + events[3]
+    md = field(1, 1) + field(2, b"op")
+    plane = field(1, 0) + field(2, b"/host:CPU") + field(3, line) + field(4, field(1, 1) + field(2, md))
+    path = tmp_path / "split.xplane.pb"
+    path.write_bytes(field(1, plane))
+    doc = json.loads(reduce_to_bytes(path, level=0))
+    x = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in x] == [("op", 0.005 + k * 0.001, 0.0005) for k in range(4)]
+    assert {k: v for k, v in doc.items() if k != "tb_reduce"} == json.loads(json.dumps(convert(path)))
+
+
+@needs_corpus
+def test_events_decoded_in_many_small_chunks_on_threads_give_the_same_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tb_reduce_plugin.xspace as xspace
+
+    path = CORPUS / "public" / "xprof" / "demo__plugins__profile__GPU-multi-worker__34.83.195.179_6003.xplane.pb"
+    whole = reduce_to_bytes(path, level=0)
+    monkeypatch.setattr(xspace, "_CHUNK", 7)
+    monkeypatch.setattr(xspace, "_THREADS", 3)
+    assert reduce_to_bytes(path, level=0) == whole
