@@ -96,9 +96,10 @@ def _long_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndar
     raise TraceError("corrupt XSpace: a varint longer than 10 bytes")
 
 
-EVENT_FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps", 5: "num_occurrences"}
+# What the index needs; other fields (stats, num_occurrences) are read per kept event.
+EVENT_FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps"}
 _VALID_WIRE = np.array([True, True, True, False, False, True, False, False])
-_MAX_FIELD = 5
+_MAX_FIELD = max(EVENT_FIELDS)
 
 
 def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, np.ndarray]:
@@ -113,7 +114,7 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     read past.
     """
     n = len(starts)
-    # One row per field number up to 5; other numbers land in row 0 and are ignored.
+    # One row per field number up to 3; other numbers land in row 0 and are ignored.
     rows = np.zeros((_MAX_FIELD + 1, n), dtype=np.int64)
     win = _windows(buf)
     live = np.flatnonzero(starts < ends)
@@ -151,7 +152,7 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
         more = left > 0
         if not more.all():
             live, p, end = live[more], p[more], end[more]
-    return {name: rows[num] for num, name in EVENT_FIELDS.items()}
+    return {name: rows[num] for num, name in EVENT_FIELDS.items()}  # views: rows stays alive, 25 % unused
 
 
 def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -369,7 +370,10 @@ def read_xspace(stream: TraceStream) -> XSpaceTrace:
         space = XSpaceIndexView.FromString(memoryview(data)[:-_PAD])
     except DecodeError as exc:
         raise TraceError(f"not a valid XSpace: {base}: {exc}") from None
-    return _convert(space, base, _File(data))
+    file = _File(data)
+    gathered = _gather(space, file)
+    del space  # upb's copy of every event: freed before the decoding allocates
+    return _build(gathered, base)
 
 
 class _File:
@@ -431,19 +435,29 @@ def _varint_bytes(v: int) -> bytes:
     return bytes(out)
 
 
-def _convert(space: Any, base: str, file: _File) -> XSpaceTrace:
-    names, tracks = Interner(), Interner()
-    cols = _Columns()
+@dataclass
+class _Gathered:
+    """What the conversion needs from upb's parse, as plain values (so it can be freed)."""
+
+    names: Interner
+    meta_json: list[bytes]
+    meta_rows: list[tuple[tuple, str]]
+    # per line with events: (timestamp_ns, plane, pid, tid, counter?, plane's metadata ids, their name ids)
+    lines: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]]
+    located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]
+    space_info: dict
+    planes: int
+
+
+def _gather(space: Any, file: _File) -> _Gathered:
+    names = Interner()
     meta_json: list[bytes] = []
     meta_rows: list[tuple[tuple, str]] = []
-    lines: list[_Line] = []
-    c_event: list[int] = []
-    c_series: list[tuple] = []
-    c_value: list[float] = []
     planes_info: list[dict] = []
     planes = list(space.planes)
     pids = _plane_pids(planes)
-    pending: list[tuple[Any, _Plane, list]] = []
+    pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
+    located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]] = []
     for plane, pid in zip(planes, pids):
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         info: dict[str, Any] = {"name": plane.name, "id": plane.id}
@@ -488,15 +502,27 @@ def _convert(space: Any, base: str, file: _File) -> XSpaceTrace:
                 meta_json.append(_meta("thread_name", pid, tid, {"name": ln.display_name or ln.name}))
                 meta_rows.append(((pid, tid), "thread_sort_index"))
                 meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
-            pending.append((ln, pl, [pid, tid, counter, pl_ids, pl_names]))
+            pending.append((ln.timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names))
+            located.append(file.payloads(ln.events))
+    return _Gathered(names, meta_json, meta_rows, pending, located, _space_info(space, planes_info), len(planes))
+
+
+def _build(g: _Gathered, base: str) -> XSpaceTrace:
+    names, meta_json, meta_rows = g.names, g.meta_json, g.meta_rows
+    tracks = Interner()
+    cols = _Columns()
+    lines: list[_Line] = []
+    c_event: list[int] = []
+    c_series: list[tuple] = []
+    c_value: list[float] = []
     n_meta = len(meta_json)
     unknown_name = None
     first = n_meta
     line_first: list[int] = []
     payload_bytes = 0
-    located = [file.payloads(ln.events) for ln, _, _ in pending]
-    decoded = decode_lines([(buf, starts, ends) for _, starts, ends, buf in located])
-    for (ln, pl, (pid, tid, counter, pl_ids, pl_names)), (data, starts, ends, _), ev in zip(pending, located, decoded):
+    decoded = decode_lines([(buf, starts, ends) for _, starts, ends, buf in g.located])
+    for (timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names), (data, starts, ends, _), ev in zip(
+            g.lines, g.located, decoded):
         n = len(starts)
         payload_bytes += int((ends - starts).sum())
         mids = ev["metadata_id"]
@@ -510,7 +536,7 @@ def _convert(space: Any, base: str, file: _File) -> XSpaceTrace:
                 unknown_name = int(names.ids_of([""])[0])
             name_ids[~found] = unknown_name
         track = int(tracks.ids_of([(pid, tid)])[0])
-        ts = _timestamps(ln.timestamp_ns, ev["offset_ps"])
+        ts = _timestamps(timestamp_ns, ev["offset_ps"])
         dur = ev["duration_ps"].astype(np.float64) / 1e6
         line = _Line(first, pl, pid, tid, counter, data, starts, ends)
         if counter:
@@ -553,9 +579,9 @@ def _convert(space: Any, base: str, file: _File) -> XSpaceTrace:
         block_events=[n_meta, total - n_meta],
         block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
     )
-    metadata = {"displayTimeUnit": "ns", "xspace": _space_info(space, planes_info)}
+    metadata = {"displayTimeUnit": "ns", "xspace": g.space_info}
     return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64), payload_bytes,
-                       extra={"planes": len(planes), "lines": len(lines), "file": base})
+                       extra={"planes": g.planes, "lines": len(lines), "file": base})
 
 
 def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
