@@ -8,7 +8,10 @@ setup(
     description="Reduce profiler traces (Chrome JSON, PyTorch, JAX/XProf) that are too big to open",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["tb_reduce_plugin", "tb_reduce_plugin.*"]),
+    packages=[*find_packages(include=["tb_reduce_plugin", "tb_reduce_plugin.*"]), "tb_reduce_plugin.frontend"],
+    # The dashboard lives in frontend/ (plain ES modules) and ships inside the package.
+    package_dir={"tb_reduce_plugin.frontend": "frontend"},
+    package_data={"tb_reduce_plugin.frontend": ["*.js", "*.html", "*.css"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy>=1.24",
@@ -16,11 +19,16 @@ setup(
         "orjson>=3.8",
         "isal>=1.6",
         "protobuf>=4.25",  # upb, the C parser; our own XSpace schema needs no protoc
+        "tensorboard>=2.21",
+        "werkzeug>=2.0",
     ],
     extras_require={
         # jax records the real >1 M-event profile the XSpace tests compare against.
         "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30"],
     },
-    entry_points={"console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"]},
+    entry_points={
+        "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],
+        "tensorboard_plugins": ["tb_reduce = tb_reduce_plugin.plugin:TraceReduceLoader"],
+    },
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
 )

@@ -1,0 +1,179 @@
+"""Finding the profiler traces in a logdir, without TensorBoard's run list.
+
+TensorBoard calls a directory a run only if it holds a `tfevents` file, and
+profile folders (`plugins/profile/<run>/`) and PyTorch trace-handler folders
+usually hold none. So the logdir is walked here: cheaply (names and `stat` only,
+a bounded number of entries, no symlinked directories), cached, and walked again
+when the cache is older than `max_age_s`, so new profiles appear while
+TensorBoard runs.
+
+Naming (SPEC §2): a file in `…/plugins/profile/<run>/` belongs to run
+`<prefix>/<run>` (`<prefix>` = the path above `plugins/profile`, if any); any
+other trace file belongs to the run named by its directory's path in the logdir
+(`.` for the logdir itself). The host is the file name without its trace suffix.
+
+Every (run, host) maps to a path found by the walk; requests name a (run, host)
+and never a path, so no query parameter can reach a file outside the logdir.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Optional
+
+# (suffix, format), most specific first; `.json(.gz)` files are checked by content.
+SUFFIXES = (
+    (".xplane.pb", "xspace"),
+    (".pt.trace.json.gz", "chrome-json"),
+    (".pt.trace.json", "chrome-json"),
+    (".trace.json.gz", "chrome-json"),
+    (".trace.json", "chrome-json"),
+    (".json.gz", "chrome-json?"),
+    (".json", "chrome-json?"),
+)
+FORMAT_RANK = {"xspace": 0, "chrome-json": 1}
+MAX_ENTRIES = 200_000  # directory entries visited per walk, at most
+MAX_DEPTH = 16
+SNIFF_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    run: str
+    host: str
+    path: str
+    format: str
+    bytes: int
+    mtime_ns: int
+
+    def describe(self) -> dict:
+        return {"host": self.host, "format": self.format, "bytes": self.bytes}
+
+
+def _looks_like_chrome_trace(path: str) -> bool:
+    """A `.json(.gz)` file is a trace if its first bytes look like one (cheap)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile):
+        return False
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"[":
+        return b'"ph"' in text or text[1:].lstrip()[:1] in (b"{", b"]")
+    return text[:1] == b"{" and (b'"traceEvents"' in text or b'"ph"' in text)
+
+
+def _split(name: str) -> Optional[tuple[str, str]]:
+    for suffix, fmt in SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], fmt
+    return None
+
+
+def run_name(rel_dir: str) -> str:
+    parts = [] if rel_dir in ("", ".") else rel_dir.split(os.sep)
+    for i in range(len(parts) - 2):
+        if parts[i] == "plugins" and parts[i + 1] == "profile":
+            parts = parts[:i] + parts[i + 2:]
+            break
+    return "/".join(parts) if parts else "."
+
+
+class Catalog:
+    """The traces under one logdir, refreshed at most every `max_age_s`."""
+
+    def __init__(self, logdir: str, max_age_s: float = 5.0) -> None:
+        self.logdir = os.path.realpath(logdir) if logdir else ""
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._files: dict[tuple[str, str], TraceFile] = {}
+        self._walked_at = float("-inf")
+        self.truncated = False
+
+    def files(self) -> dict[tuple[str, str], TraceFile]:
+        with self._lock:
+            if time.monotonic() - self._walked_at > self.max_age_s:
+                self._files = self._walk()
+                self._walked_at = time.monotonic()
+            return self._files
+
+    def runs(self) -> list[dict]:
+        by_run: dict[str, list[TraceFile]] = {}
+        for f in self.files().values():
+            by_run.setdefault(f.run, []).append(f)
+        return [
+            {"run": run, "hosts": [f.describe() for f in sorted(fs, key=lambda f: f.host)]}
+            for run, fs in sorted(by_run.items())
+        ]
+
+    def find(self, run: str, host: str) -> Optional[TraceFile]:
+        return self.files().get((run, host))
+
+    def _walk(self) -> dict[tuple[str, str], TraceFile]:
+        found: list[tuple[str, str, str, str, os.stat_result, str]] = []  # run, stem, name, format, stat, path
+        if not self.logdir or not os.path.isdir(self.logdir):
+            return {}
+        visited = 0
+        self.truncated = False
+        stack = [(self.logdir, 0)]
+        while stack:
+            directory, depth = stack.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                visited += 1
+                if visited > MAX_ENTRIES:
+                    self.truncated = True
+                    stack.clear()
+                    break
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < MAX_DEPTH:
+                            stack.append((entry.path, depth + 1))
+                        continue
+                    if not entry.is_file():
+                        continue
+                    split = _split(entry.name)
+                    if split is None:
+                        continue
+                    stem, fmt = split
+                    if not self._inside(entry.path):
+                        continue  # a symlink out of the logdir
+                    if fmt == "chrome-json?":
+                        if not _looks_like_chrome_trace(entry.path):
+                            continue
+                        fmt = "chrome-json"
+                    st = entry.stat()
+                except OSError:
+                    continue
+                rel = os.path.relpath(directory, self.logdir)
+                found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
+        return self._name_hosts(found)
+
+    def _inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real.startswith(self.logdir + os.sep)
+
+    def _name_hosts(self, found: list) -> dict[tuple[str, str], TraceFile]:
+        """Host = file stem; when two files of a run share it (JAX writes `vm.xplane.pb`
+        and `vm.trace.json.gz` side by side), the XSpace keeps it and the others are
+        named by their whole file name."""
+        found.sort(key=lambda r: (r[0], r[1], FORMAT_RANK[r[3]], r[2]))
+        out: dict[tuple[str, str], TraceFile] = {}
+        for run, stem, name, fmt, st, path in found:
+            host = stem if (run, stem) not in out else name
+            if (run, host) in out:
+                continue
+            out[(run, host)] = TraceFile(run, host, path, fmt, st.st_size, st.st_mtime_ns)
+        return out

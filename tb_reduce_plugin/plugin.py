@@ -1,0 +1,238 @@
+"""The TensorBoard plugin: the Trace Reduce tab and its routes (SPEC §6).
+
+Routes, under `/data/plugin/tb_reduce/`:
+- `runs` — every run and host found in the logdir, with format and size
+- `trace?run=&host=&level=&start_us=&end_us=` — the reduced trace (gzip on the
+  wire; `&download=1` sends the `.json.gz` file itself)
+- `stats?run=&host=&level=&start_us=&end_us=` — the `tb_reduce` object, sizes, timings
+- `event?run=&host=&i=` — one input event with its full args
+- `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
+- `index.js` and `static/…` — the dashboard (plain ES modules from `frontend/`)
+
+Errors are JSON `{"error": "…"}`: 400 bad parameter, 404 unknown run, host or
+event, 413 input over the limit, 422 unreadable file (with the reason), 500 for
+anything else — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import mimetypes
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from .errors import TraceError
+from .pipeline import parse_level
+from .service import RequestError, TraceService, default_cache_dir
+
+log = logging.getLogger(__name__)
+PLUGIN_NAME = "tb_reduce"
+MAX_PARAM_CHARS = 4096
+DEFAULT_LEVEL = "auto"
+
+
+def frontend_dir() -> Path:
+    """The dashboard's files: installed as `tb_reduce_plugin/frontend`, or `frontend/` in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "frontend", here.parent / "frontend"):
+        if (candidate / "index.js").is_file():
+            return candidate
+    return here / "frontend"
+
+
+Handler = Callable[[wrappers.Request], wrappers.Response]
+
+
+def _json(request: wrappers.Request, obj: Any, code: int = 200, headers: Optional[list] = None) -> wrappers.Response:
+    return http_util.Respond(request, json.dumps(obj, separators=(",", ":"), allow_nan=False),
+                             "application/json", code=code, headers=headers)
+
+
+def _error(request: wrappers.Request, status: int, message: str) -> wrappers.Response:
+    return _json(request, {"error": message}, code=status)
+
+
+def _text_param(request: wrappers.Request, name: str, required: bool = True) -> Optional[str]:
+    value = request.args.get(name)
+    if value is None or value == "":
+        if required:
+            raise RequestError(400, f"missing parameter {name!r}")
+        return None
+    if len(value) > MAX_PARAM_CHARS or "\x00" in value or any(ord(c) < 32 for c in value):
+        raise RequestError(400, f"parameter {name!r} holds control characters or is too long")
+    return value
+
+
+def _float_param(request: wrappers.Request, name: str) -> Optional[float]:
+    raw = _text_param(request, name, required=False)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RequestError(400, f"parameter {name!r} must be a number, not {raw[:40]!r}") from None
+    if not math.isfinite(value):
+        raise RequestError(400, f"parameter {name!r} must be finite")
+    return value
+
+
+def view_params(request: wrappers.Request) -> tuple[str, str, Any, Optional[float], Optional[float]]:
+    run = _text_param(request, "run")
+    host = _text_param(request, "host")
+    assert run is not None and host is not None
+    raw_level = _text_param(request, "level", required=False) or DEFAULT_LEVEL
+    try:
+        level = parse_level(raw_level)
+    except TraceError as exc:
+        raise RequestError(400, str(exc)) from None
+    start, end = _float_param(request, "start_us"), _float_param(request, "end_us")
+    if (start is None) != (end is None):
+        raise RequestError(400, "give both start_us and end_us, or neither")
+    if start is not None and end is not None and not start < end:
+        raise RequestError(400, f"start_us must be below end_us (got {start} and {end})")
+    return run, host, level, start, end
+
+
+class TraceReducePlugin(base_plugin.TBPlugin):
+    """Serves the traces of a logdir reduced on the fly (see the module docstring)."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext, service: Optional[TraceService] = None) -> None:
+        flags = context.flags
+        self.service = service or TraceService(
+            context.logdir or "",
+            cache_dir=getattr(flags, "tb_reduce_cache_dir", None) or os.environ.get("TB_REDUCE_CACHE_DIR")
+            or default_cache_dir(),
+            cache_mb=getattr(flags, "tb_reduce_cache_mb", None) or 1024,
+            max_input_mb=getattr(flags, "tb_reduce_max_input_mb", None) or 4096,
+            memory_mb=getattr(flags, "tb_reduce_memory_mb", None) or 2048,
+        )
+        self.frontend = frontend_dir()
+
+    def is_active(self) -> bool:
+        try:
+            return self.service.has_traces()
+        except Exception:  # never break TensorBoard's plugin listing
+            log.exception("tb_reduce: discovery failed")
+            return False
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Trace Reduce", disable_reload=True)
+
+    def get_plugin_apps(self) -> dict[str, Handler]:
+        routes = {
+            "/runs": self._runs,
+            "/trace": self._trace,
+            "/stats": self._stats,
+            "/event": self._event,
+            "/view": self._view,
+            "/index.js": self._index_js,
+            "/static/*": self._static,
+        }
+        return {path: self._guarded(fn) for path, fn in routes.items()}
+
+    # ---- plumbing ------------------------------------------------------------
+    def _guarded(self, fn: Handler) -> Any:
+        @wrappers.Request.application
+        def app(request: wrappers.Request) -> wrappers.Response:
+            try:
+                return fn(request)
+            except RequestError as exc:
+                return _error(request, exc.status, exc.message)
+            except TraceError as exc:
+                return _error(request, 422, str(exc))
+            except Exception:
+                log.exception("tb_reduce: %s failed", request.path)
+                return _error(request, 500, "internal error in tb_reduce; the server log has the details")
+
+        return app
+
+    # ---- routes --------------------------------------------------------------
+    def _runs(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, self.service.runs())
+
+    def _reduction(self, request: wrappers.Request):
+        run, host, level, start, end = view_params(request)
+        return self.service.reduction(run, host, level, start, end)
+
+    def _trace(self, request: wrappers.Request) -> wrappers.Response:
+        r = self._reduction(request)
+        download = request.args.get("download") in ("1", "true")
+        etag = f'"{r.etag}{"-d" if download else ""}"'
+        if etag in request.headers.get("If-None-Match", ""):
+            return wrappers.Response(status=304, headers={"ETag": etag})
+        headers = [("ETag", etag), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
+        if download:
+            name = _download_name(request.args.get("host", "trace"), r.stats)
+            headers.append(("Content-Disposition", f'attachment; filename="{name}"'))
+            return wrappers.Response(r.gz, content_type="application/gzip", headers=headers)
+        return http_util.Respond(request, r.gz, "application/json", content_encoding="gzip", headers=headers)
+
+    def _stats(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, self._reduction(request).stats)
+
+    def _event(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        host = _text_param(request, "host")
+        raw = _text_param(request, "i")
+        assert run is not None and host is not None and raw is not None
+        if not raw.isdigit() or len(raw) > 12:
+            raise RequestError(400, f"parameter 'i' must be an event index, not {raw[:40]!r}")
+        body = self.service.event(run, host, int(raw))
+        return http_util.Respond(request, body, "application/json")
+
+    def _view(self, request: wrappers.Request) -> wrappers.Response:
+        view_params(request)  # a bad link says so at once
+        return self._file(request, "view.html")
+
+    def _index_js(self, request: wrappers.Request) -> wrappers.Response:
+        return self._file(request, "index.js")
+
+    def _static(self, request: wrappers.Request) -> wrappers.Response:
+        name = request.path.rsplit("/static/", 1)[-1]
+        return self._file(request, name)
+
+    def _file(self, request: wrappers.Request, name: str) -> wrappers.Response:
+        """A frontend file by plain name: no directories, so nothing outside `frontend/`."""
+        if not name or "/" in name or "\\" in name or name.startswith(".") or "\x00" in name:
+            raise RequestError(404, "no such dashboard file")
+        path = self.frontend / name
+        if not path.is_file():
+            raise RequestError(404, "no such dashboard file")
+        mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if name.endswith(".js"):
+            mime = "text/javascript"
+        return http_util.Respond(request, path.read_bytes(), mime)
+
+
+def _download_name(host: str, stats: dict) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)[:80] or "trace"
+    return f"{safe}.level{stats.get('level')}.json.gz"
+
+
+class TraceReduceLoader(base_plugin.TBLoader):
+    """Registers the plugin and its flags with TensorBoard."""
+
+    def define_flags(self, parser: Any) -> None:
+        group = parser.add_argument_group("tb_reduce")
+        group.add_argument("--tb_reduce_cache_dir", metavar="DIR", default=None,
+                           help="Where reduced traces are cached (default: $TB_REDUCE_CACHE_DIR, else "
+                                "~/.cache/tb-reduce).")
+        group.add_argument("--tb_reduce_cache_mb", metavar="MB", type=float, default=1024,
+                           help="Disk cache size for reduced traces, least recently used first out (default 1024).")
+        group.add_argument("--tb_reduce_max_input_mb", metavar="MB", type=float, default=4096,
+                           help="Refuse trace files larger than this, before reading them (default 4096).")
+        group.add_argument("--tb_reduce_memory_mb", metavar="MB", type=float, default=2048,
+                           help="Memory for parsed traces kept for zooming, least recently used first out "
+                                "(default 2048).")
+
+    def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
+        return TraceReducePlugin(context)
