@@ -191,18 +191,26 @@ def reduce_index(
     end_us: Optional[float] = None,
     gzip: bool = True,
     progress: Optional[Progress] = None,
+    with_input_index: bool = False,
 ) -> dict[str, Any]:
-    """Write the reduction of an indexed trace to `out`; returns the stats."""
+    """Write the reduction of an indexed trace to `out`; returns the stats.
+
+    `with_input_index` adds `tb_reduce.input_index`: for each written input event
+    (the summaries follow them), its index in the input, which `event_json` takes —
+    how the dashboard shows an event's full args on click.
+    """
     level = parse_level(level)
     t_plan = time.perf_counter()
     p = choose_level(index, start_us, end_us) if level == "auto" else plan(index.table, level, start_us, end_us)
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
+    if with_input_index:
+        obj["input_index"] = p.keep.tolist()
     t_write = time.perf_counter()
     sink = Sink(out, gzip)
     write_trace(index.source, p, index.table.tracks, index.table.names, index.metadata, obj, sink, progress)
     sink.close()
-    stats = dict(obj)
+    stats = {k: v for k, v in obj.items() if k != "input_index"}
     stats["output"] = dict(obj["output"], json_bytes=sink.bytes)
     stats["input"] = dict(obj["input"], json_bytes=index.json_bytes)
     stats["timings_s"] = {"index": index.seconds, "plan": plan_s, "write": time.perf_counter() - t_write}

@@ -119,7 +119,7 @@ class TraceService:
     def reduction(self, run: str, host: str, level: Level, start_us: Optional[float],
                   end_us: Optional[float]) -> Reduction:
         tf = self.trace_file(run, host)
-        key = ["trace", FORMAT_VERSION, tf.path, tf.bytes, tf.mtime_ns, level, start_us, end_us]
+        key = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.bytes, tf.mtime_ns, level, start_us, end_us]
         digest = key_digest(key)
         stored = self.disk.get(digest)
         if stored is not None:
@@ -135,7 +135,7 @@ class TraceService:
             idx = self.index(tf)
             buf = io.BytesIO()
             try:
-                stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True)
+                stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True, with_input_index=True)
             except TraceError as exc:
                 raise RequestError(422, f"cannot reduce {os.path.basename(tf.path)}: {exc}") from None
             stats["timings_s"]["request"] = time.perf_counter() - began
