@@ -24,7 +24,9 @@ setup(
     ],
     extras_require={
         # jax records the real >1 M-event profile the XSpace tests compare against.
-        "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30"],
+        # playwright drives the Debian chromium (.ci/run installs it) for the dashboard tests.
+        "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30",
+                 "playwright>=1.40"],
     },
     entry_points={
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],
