@@ -2,8 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEMO_TRACE := demo_logdir/pytorch_cnn/vm_12922.1795977935943642718.pt.trace.json.gz
-DEMO_OUT := /tmp/tb-reduce-demo
+PORT ?= 6006
 
 .PHONY: venv test lint demo bench clean
 
@@ -21,14 +20,11 @@ lint: venv
 test: venv lint
 	$(PY) -m pytest -q -rs -n auto tests
 
-# Until the TensorBoard plugin lands (issue 4), the demo reduces the bundled real
-# PyTorch profile at every level with the command line.
+# TensorBoard on the bundled real profiles (a JAX XSpace run, a PyTorch
+# trace-handler run, a plain Chrome JSON run): open the Trace Reduce tab.
 demo: venv
-	mkdir -p $(DEMO_OUT)
-	for level in 0 1 2 3 4 auto; do \
-	  $(VENV)/bin/tb-reduce reduce $(DEMO_TRACE) -o $(DEMO_OUT)/level-$$level.json.gz --level $$level || exit 1; \
-	done
-	@echo "Reduced traces in $(DEMO_OUT): open them in https://ui.perfetto.dev or chrome://tracing"
+	@echo "Open http://127.0.0.1:$(PORT)/#tb_reduce (Ctrl+C to stop)"
+	$(VENV)/bin/tensorboard --logdir demo_logdir --host 127.0.0.1 --port $(PORT) --load_fast=false
 
 bench: venv
 	$(PY) bench/bench_reduce.py

@@ -192,12 +192,15 @@ def reduce_index(
     gzip: bool = True,
     progress: Optional[Progress] = None,
     with_input_index: bool = False,
+    drop_args: bool = False,
 ) -> dict[str, Any]:
     """Write the reduction of an indexed trace to `out`; returns the stats.
 
     `with_input_index` adds `tb_reduce.input_index`: for each written input event
     (the summaries follow them), its index in the input, which `event_json` takes —
-    how the dashboard shows an event's full args on click.
+    how the dashboard shows an event's full args on click. `drop_args` writes the
+    kept events without args (as levels 3 and 4 do) at any level: a view that
+    fetches args on click need not carry them, and is much cheaper to write.
     """
     level = parse_level(level)
     t_plan = time.perf_counter()
@@ -206,9 +209,12 @@ def reduce_index(
     obj = tb_reduce_object(index, p, level == "auto")
     if with_input_index:
         obj["input_index"] = p.keep.tolist()
+    if drop_args:
+        obj["args"] = "dropped"
     t_write = time.perf_counter()
     sink = Sink(out, gzip)
-    write_trace(index.source, p, index.table.tracks, index.table.names, index.metadata, obj, sink, progress)
+    write_trace(index.source, p, index.table.tracks, index.table.names, index.metadata, obj, sink, progress,
+                args_level=3 if drop_args else None)
     sink.close()
     stats = {k: v for k, v in obj.items() if k != "input_index"}
     stats["output"] = dict(obj["output"], json_bytes=sink.bytes)

@@ -155,13 +155,19 @@ def write_trace(
     tb_reduce: dict,
     sink: Sink,
     progress: Optional[Callable[[int, int], None]] = None,
+    args_level: Optional[int] = None,
 ) -> int:
-    """Stream the reduced trace into `sink`; returns the number of events written."""
+    """Stream the reduced trace into `sink`; returns the number of events written.
+
+    `args_level` treats args as that level does (default: the plan's level); a
+    view that fetches args on demand asks for 3 (args dropped) at any level.
+    """
     written = 0
     sink.write(b'{"traceEvents":[\n')
     sep = b""
-    for raws in source.events(plan.keep, plan.level, progress):
-        parts = [transform(raw, plan.level) for raw in raws]
+    args_level = plan.level if args_level is None else max(args_level, plan.level)
+    for raws in source.events(plan.keep, args_level, progress):
+        parts = [transform(raw, args_level) for raw in raws]
         sink.write(sep + b",\n".join(parts))
         sep = b",\n"
         written += len(parts)

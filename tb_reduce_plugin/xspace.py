@@ -270,11 +270,38 @@ class XSpaceTrace:
         for chunk in np.split(np.arange(len(rest)), bounds):
             line = self.lines[int(which[chunk[0]])]
             ids = rest[chunk]
-            out = [self._event(line, i, int(i - line.first), level) for i in ids.tolist()]
+            if level >= 3 and not line.counter:
+                out = self._bare_events(line, ids)
+            else:
+                out = [self._event(line, i, int(i - line.first), level) for i in ids.tolist()]
             done += len(out)
             if progress is not None:
                 progress(done, len(rest))
             yield out
+
+    def _bare_events(self, line: _Line, ids: np.ndarray) -> list[bytes]:
+        """X events without args, by string formatting: ~4x faster than building dicts.
+
+        Floats are written by `repr`, the shortest text that reads back as the same
+        number, as orjson writes them.
+        """
+        t = self.table
+        head = f'{{"ph":"X","pid":{line.pid},"tid":{line.tid},"ts":'
+        names = self._name_json
+        out = []
+        for ts, dur, name in zip(t.ts[ids].tolist(), t.dur[ids].tolist(), t.name[ids].tolist()):
+            js = names.get(name)
+            if js is None:
+                js = names[name] = orjson.dumps(t.names[name]).decode()
+            out.append(f'{head}{ts!r},"dur":{dur!r},"name":{js}}}'.encode())
+        return out
+
+    @property
+    def _name_json(self) -> dict[int, str]:
+        cache = self.extra.get("name_json")
+        if cache is None:
+            cache = self.extra["name_json"] = {}
+        return cache
 
     def _event(self, line: _Line, i: int, k: int, level: int) -> bytes:
         t = self.table
