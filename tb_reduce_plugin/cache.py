@@ -191,6 +191,7 @@ class SingleFlight:
             leader = call is None
             if leader:
                 call = self._calls[key] = _Call()
+                self.computations += 1  # under the lock: concurrent leaders of other keys must not lose a count
         assert call is not None
         if not leader:
             call.done.wait()
@@ -198,7 +199,6 @@ class SingleFlight:
                 raise call.error
             return call.result
         try:
-            self.computations += 1
             call.result = fn()
             return call.result
         except BaseException as exc:

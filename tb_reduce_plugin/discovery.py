@@ -24,7 +24,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import BinaryIO, Iterator, Optional
 
 # (suffix, format), most specific first; `.json(.gz)` files are checked by content.
 SUFFIXES = (
@@ -40,6 +40,9 @@ FORMAT_RANK = {"xspace": 0, "chrome-json": 1}
 MAX_ENTRIES = 200_000  # directory entries visited per walk, at most
 MAX_DEPTH = 16
 SNIFF_BYTES = 4096
+# Object-format files may put `traceEvents` after a long header (Kineto's `deviceProperties`
+# for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
+SCAN_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -55,19 +58,55 @@ class TraceFile:
         return {"host": self.host, "format": self.format, "bytes": self.bytes}
 
 
+def _content(f: BinaryIO, limit: int) -> Iterator[bytes]:
+    """The first `limit` bytes of a file's content (gunzipped if it is gzip), in chunks."""
+    gz = f.read(2) == b"\x1f\x8b"
+    f.seek(0)
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+    while limit > 0:
+        if inflate is None:
+            chunk = f.read(min(64 * 1024, limit))
+            if not chunk:
+                return
+        else:
+            raw = inflate.unconsumed_tail or f.read(64 * 1024)
+            if not raw:
+                return
+            chunk = inflate.decompress(raw, min(64 * 1024, limit))
+        limit -= len(chunk)
+        yield chunk
+        if inflate is not None and inflate.eof:
+            return
+
+
 def _looks_like_chrome_trace(path: str) -> bool:
-    """A `.json(.gz)` file is a trace if its first bytes look like one (cheap)."""
+    """A `.json(.gz)` file is a trace if its first bytes look like one, or, for an object,
+    if it has a `traceEvents` key in its first `SCAN_BYTES` (bounded)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-        if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
+            chunks = _content(f, SCAN_BYTES)
+            head = b""
+            for chunk in chunks:
+                head += chunk
+                if len(head) >= SNIFF_BYTES:
+                    break
+            text = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:SNIFF_BYTES]
+            if text[:1] == b"[":
+                return b'"ph"' in text or text[1:].lstrip()[:1] in (b"{", b"]")
+            if text[:1] != b"{":
+                return False
+            if b'"traceEvents"' in text or b'"ph"' in text:
+                return True
+            if b'"traceEvents"' in head:
+                return True
+            tail = head[-16:]
+            for chunk in chunks:
+                if b'"traceEvents"' in tail + chunk:
+                    return True
+                tail = chunk[-16:]
     except (OSError, zlib.error, EOFError, gzip.BadGzipFile):
         return False
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text[:1] == b"[":
-        return b'"ph"' in text or text[1:].lstrip()[:1] in (b"{", b"]")
-    return text[:1] == b"{" and (b'"traceEvents"' in text or b'"ph"' in text)
+    return False
 
 
 def _split(name: str) -> Optional[tuple[str, str]]:
@@ -95,6 +134,7 @@ class Catalog:
         self._lock = threading.Lock()
         self._files: dict[tuple[str, str], TraceFile] = {}
         self._walked_at = float("-inf")
+        self._sniffed: dict[str, tuple[int, int, bool]] = {}  # path -> (size, mtime_ns, is a trace)
         self.truncated = False
 
     def files(self) -> dict[tuple[str, str], TraceFile]:
@@ -122,6 +162,7 @@ class Catalog:
             return {}
         visited = 0
         self.truncated = False
+        sniffed: dict[str, tuple[int, int, bool]] = {}
         stack = [(self.logdir, 0)]
         while stack:
             directory, depth = stack.pop()
@@ -150,15 +191,22 @@ class Catalog:
                     stem, fmt = split
                     if not self._inside(entry.path):
                         continue  # a symlink out of the logdir
-                    if fmt == "chrome-json?":
-                        if not _looks_like_chrome_trace(entry.path):
+                    st = entry.stat()
+                    if fmt == "chrome-json?":  # sniffed once per version of the file, not on every walk
+                        seen = self._sniffed.get(entry.path)
+                        if seen is not None and seen[:2] == (st.st_size, st.st_mtime_ns):
+                            is_trace = seen[2]
+                        else:
+                            is_trace = _looks_like_chrome_trace(entry.path)
+                        sniffed[entry.path] = (st.st_size, st.st_mtime_ns, is_trace)
+                        if not is_trace:
                             continue
                         fmt = "chrome-json"
-                    st = entry.stat()
                 except OSError:
                     continue
                 rel = os.path.relpath(directory, self.logdir)
                 found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
+        self._sniffed = sniffed
         return self._name_hosts(found)
 
     def _inside(self, path: str) -> bool:

@@ -3,7 +3,8 @@
 Routes, under `/data/plugin/tb_reduce/`:
 - `runs` — every run and host found in the logdir, with format and size
 - `trace?run=&host=&level=&start_us=&end_us=` — the reduced trace (gzip on the
-  wire; `&download=1` sends the `.json.gz` file itself)
+  wire; `&download=1` sends the `.json.gz` file itself; `&args=0` leaves out the
+  kept events' args, which the dashboard fetches per event from `event`)
 - `stats?run=&host=&level=&start_us=&end_us=` — the `tb_reduce` object, sizes, timings
 - `event?run=&host=&i=` — one input event with its full args
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
@@ -35,7 +36,7 @@ from .service import RequestError, TraceService, default_cache_dir
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
 MAX_PARAM_CHARS = 4096
-DEFAULT_LEVEL = "auto"
+DEFAULT_LEVEL = 2  # what the command line does; `auto` can pick lossless views far too big for a browser
 
 
 def frontend_dir() -> Path:
@@ -111,9 +112,9 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             context.logdir or "",
             cache_dir=getattr(flags, "tb_reduce_cache_dir", None) or os.environ.get("TB_REDUCE_CACHE_DIR")
             or default_cache_dir(),
-            cache_mb=getattr(flags, "tb_reduce_cache_mb", None) or 1024,
-            max_input_mb=getattr(flags, "tb_reduce_max_input_mb", None) or 4096,
-            memory_mb=getattr(flags, "tb_reduce_memory_mb", None) or 2048,
+            cache_mb=_flag(flags, "tb_reduce_cache_mb", 1024),
+            max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096),
+            memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048),
         )
         self.frontend = frontend_dir()
 
@@ -161,18 +162,22 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _reduction(self, request: wrappers.Request):
         run, host, level, start, end = view_params(request)
-        return self.service.reduction(run, host, level, start, end)
+        args = request.args.get("args", "1")
+        if args not in ("0", "1"):
+            raise RequestError(400, f"parameter 'args' must be 0 or 1, not {args[:40]!r}")
+        return self.service.reduction(run, host, level, start, end, drop_args=args == "0")
 
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
         r = self._reduction(request)
         download = request.args.get("download") in ("1", "true")
         etag = f'"{r.etag}{"-d" if download else ""}"'
+        # Responses made here, not by `Respond`, carry the headers TensorBoard's security validator requires.
         if etag in request.headers.get("If-None-Match", ""):
-            return wrappers.Response(status=304, headers={"ETag": etag})
+            return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
         headers = [("ETag", etag), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
         if download:
             name = _download_name(request.args.get("host", "trace"), r.stats)
-            headers.append(("Content-Disposition", f'attachment; filename="{name}"'))
+            headers += [("Content-Disposition", f'attachment; filename="{name}"'), ("X-Content-Type-Options", "nosniff")]
             return wrappers.Response(r.gz, content_type="application/gzip", headers=headers)
         return http_util.Respond(request, r.gz, "application/json", content_encoding="gzip", headers=headers)
 
@@ -184,7 +189,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         host = _text_param(request, "host")
         raw = _text_param(request, "i")
         assert run is not None and host is not None and raw is not None
-        if not raw.isdigit() or len(raw) > 12:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:  # `isdigit` alone takes '²', which int() refuses
             raise RequestError(400, f"parameter 'i' must be an event index, not {raw[:40]!r}")
         body = self.service.event(run, host, int(raw))
         return http_util.Respond(request, body, "application/json")
@@ -202,19 +207,41 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _file(self, request: wrappers.Request, name: str) -> wrappers.Response:
         """A frontend file by plain name: no directories, so nothing outside `frontend/`."""
-        if not name or "/" in name or "\\" in name or name.startswith(".") or "\x00" in name:
+        if (not name or len(name) > 255 or "/" in name or "\\" in name or name.startswith(".")
+                or "\x00" in name):
             raise RequestError(404, "no such dashboard file")
         path = self.frontend / name
-        if not path.is_file():
+        try:  # `is_file` raises for names the OS refuses (too long, not encodable)
+            body = path.read_bytes() if path.is_file() else None
+        except (OSError, ValueError):
+            body = None
+        if body is None:
             raise RequestError(404, "no such dashboard file")
         mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if name.endswith(".js"):
             mime = "text/javascript"
-        return http_util.Respond(request, path.read_bytes(), mime)
+        return http_util.Respond(request, body, mime)
+
+
+class _NotModified(wrappers.Response):
+    """A 304 that keeps a Content-Type: werkzeug drops it from 304s, and TensorBoard's security
+    validator then logs a warning for every trace the browser revalidates."""
+
+    def get_wsgi_headers(self, environ: Any) -> Any:
+        headers = super().get_wsgi_headers(environ)
+        headers["Content-Type"] = "application/json"
+        return headers
+
+
+def _flag(flags: Any, name: str, default: float) -> float:
+    """A numeric flag; 0 is a value (no cache), only an absent flag takes the default."""
+    value = getattr(flags, name, None)
+    return default if value is None else float(value)
 
 
 def _download_name(host: str, stats: dict) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)[:80] or "trace"
+    # ASCII only: HTTP headers are Latin-1, and a host named in another script must not break the response.
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "_" for c in host)[:80] or "trace"
     return f"{safe}.level{stats.get('level')}.json.gz"
 
 

@@ -87,8 +87,8 @@ class TraceService:
             what = f"host {host!r} in run {run!r}" if run in known else f"run {run!r}"
             raise RequestError(404, f"no trace for {what}")
         if tf.bytes > self.max_input_bytes:
-            raise RequestError(413, f"{os.path.basename(tf.path)} is {tf.bytes / MB:,.0f} MB, over the input limit "
-                                    f"of {self.max_input_bytes / MB:,.0f} MB (--tb_reduce_max_input_mb)")
+            raise RequestError(413, f"{os.path.basename(tf.path)} is {tf.bytes:,} bytes, over the input limit "
+                                    f"of {self.max_input_bytes:,} bytes (--tb_reduce_max_input_mb)")
         return tf
 
     # ---- index -----------------------------------------------------------------
@@ -117,9 +117,10 @@ class TraceService:
 
     # ---- reductions --------------------------------------------------------------
     def reduction(self, run: str, host: str, level: Level, start_us: Optional[float],
-                  end_us: Optional[float]) -> Reduction:
+                  end_us: Optional[float], drop_args: bool = False) -> Reduction:
         tf = self.trace_file(run, host)
-        key = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.bytes, tf.mtime_ns, level, start_us, end_us]
+        key = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.bytes, tf.mtime_ns, level, start_us, end_us,
+               drop_args]
         digest = key_digest(key)
         stored = self.disk.get(digest)
         if stored is not None:
@@ -135,7 +136,8 @@ class TraceService:
             idx = self.index(tf)
             buf = io.BytesIO()
             try:
-                stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True, with_input_index=True)
+                stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True, with_input_index=True,
+                                     drop_args=drop_args)
             except TraceError as exc:
                 raise RequestError(422, f"cannot reduce {os.path.basename(tf.path)}: {exc}") from None
             stats["timings_s"]["request"] = time.perf_counter() - began

@@ -60,7 +60,8 @@ class TraceStream:
         try:
             self._file = open(self.path, "rb")
         except OSError as exc:
-            raise TraceError(f"cannot open {self.path}: {exc.strerror or exc}") from None
+            # The file's name, not its path: the message may reach a web page.
+            raise TraceError(f"cannot open {os.path.basename(self.path)}: {exc.strerror or exc}") from None
         self.file_bytes = os.fstat(self._file.fileno()).st_size
         head = self._file.read(2)
         self._file.seek(0)
