@@ -1,4 +1,5 @@
-// The standalone `view` page: the same dashboard, outside TensorBoard's iframe.
+// The standalone `view` page (a shared link): the same dashboard outside
+// TensorBoard, opened at the run, host, level and window of its query string.
 import {render} from '../index.js';
 
 render();

@@ -94,8 +94,14 @@ def index_file(
     path: Union[str, os.PathLike],
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     progress: Optional[Progress] = None,
+    store_dir: Optional[str] = None,
 ) -> TraceIndex:
-    """Pass 1: stream the file into an event table."""
+    """Pass 1: stream the file into an event table.
+
+    `store_dir`: where a Chrome trace may keep its event blocks compressed after
+    the first full write pass, so later windows read only the blocks they need
+    (`ChromeJsonEvents`); for servers that reduce one trace many times.
+    """
     path = os.fspath(path)
     began = time.perf_counter()
     with TraceStream(path, max_inflated_bytes, progress) as stream:
@@ -131,7 +137,7 @@ def index_file(
             file_bytes=stream.file_bytes,
             json_bytes=stream.inflated,
             seconds=time.perf_counter() - began,
-            source=ChromeJsonEvents(path, max_inflated_bytes, len(table)),
+            source=ChromeJsonEvents(path, max_inflated_bytes, len(table), store_dir),
             extra={"container": reader.container},
         )
 

@@ -283,48 +283,105 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
     slice does not enclose the time (the event sits between siblings), the event is
     taken as bound to a kept slice iff any kept slice encloses it. A flow is written
     whole or not at all, so no end ever dangles.
+
+    Where each flow event lands among its track's slices does not depend on the
+    level or the window, so it is found once per table (`_flow_binding`); a plan
+    only looks up which of those slices it keeps.
     """
+    fb = _flow_binding(t, sl)
+    if len(fb.fidx) == 0 or not kept_slice.any():
+        return fb.fidx[:0]
+    skept = kept_slice[fb.order]
+    ok_sorted = np.zeros(len(fb.fidx), dtype=bool)
+    for seg in fb.segments:
+        lo_f, hi_f, a, b = seg.lo_f, seg.hi_f, seg.a, seg.b
+        kept = skept[a:b]
+        ok = seg.direct & kept[seg.pc]
+        if seg.between.any():
+            starts, ends = fb.sstart[a:b], fb.send[a:b]
+            k_starts = starts[kept]
+            if len(k_starts):
+                k_run_end = np.maximum.accumulate(ends[kept])
+                ts, tol = seg.ts[seg.between], seg.tol[seg.between]
+                q = np.searchsorted(k_starts, ts + tol, "right") - 1
+                ok[seg.between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts - tol)
+            else:
+                ok[seg.between] = False
+        kept_cum = np.concatenate(([0], np.cumsum(kept)))
+        next_ok = kept_cum[seg.hi_next] - kept_cum[seg.lo_next] > 0
+        ok_sorted[lo_f:hi_f] = np.where(seg.enclosing, ok, next_ok)
+    ok = np.empty(len(fb.fidx), dtype=bool)
+    ok[fb.forder] = ok_sorted
+    keys = t.flow_key[fb.fidx]
+    bad = np.zeros(int(keys.max()) + 1, dtype=bool)
+    bad[keys[~ok]] = True
+    return fb.fidx[~bad[keys]]
+
+
+@dataclass
+class _FlowSegment:
+    """The flow events of one track (rows lo_f:hi_f of the track-sorted flows) and
+    where each lands among that track's slices (rows a:b of the sorted slices)."""
+
+    lo_f: int
+    hi_f: int
+    a: int
+    b: int
+    pc: np.ndarray  # the latest-starting slice at or before ts (0 when none)
+    direct: np.ndarray  # it exists and encloses ts
+    between: np.ndarray  # it exists and does not enclose ts
+    lo_next: np.ndarray  # next-slice binding: candidates lo_next:hi_next
+    hi_next: np.ndarray
+    enclosing: np.ndarray  # binds to an enclosing slice (else to the next one)
+    ts: np.ndarray
+    tol: np.ndarray
+
+
+@dataclass
+class _FlowBinding:
+    fidx: np.ndarray
+    forder: np.ndarray
+    order: np.ndarray
+    sstart: np.ndarray
+    send: np.ndarray
+    segments: list
+
+
+def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
+    cached = getattr(sl, "_flow_binding", None)
+    if cached is not None:
+        return cached
     fidx = np.flatnonzero(t.flow_key >= 0)
-    if len(fidx) == 0 or not kept_slice.any():
-        return fidx[:0]
-    order = np.lexsort((-sl.end, sl.start, sl.track))
-    strack, sstart, send, skept = sl.track[order], sl.start[order], sl.end[order], kept_slice[order]
+    order = np.lexsort((-sl.end, sl.start, sl.track)) if len(fidx) else np.zeros(0, dtype=np.int64)
+    strack, sstart, send = sl.track[order], sl.start[order], sl.end[order]
     forder = np.argsort(t.track[fidx], kind="stable")
     fsorted = fidx[forder]
     ftrack = t.track[fsorted]
-    ok_sorted = np.zeros(len(fidx), dtype=bool)
     cuts = np.flatnonzero(np.diff(ftrack)) + 1
+    segments = []
     for lo_f, hi_f in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(ftrack)].tolist()):
+        if hi_f <= lo_f:
+            continue
         tr = ftrack[lo_f]
-        a, b = np.searchsorted(strack, tr, "left"), np.searchsorted(strack, tr, "right")
+        a, b = int(np.searchsorted(strack, tr, "left")), int(np.searchsorted(strack, tr, "right"))
         if a == b:
             continue
-        starts, ends, kept = sstart[a:b], send[a:b], skept[a:b]
+        starts, ends = sstart[a:b], send[a:b]
         ts = t.ts[fsorted[lo_f:hi_f]]
-        enclosing_kind = t.bind_enclosing[fsorted[lo_f:hi_f]]
-        # Enclosing binding: the latest-starting slice, if it encloses ts (within
-        # float noise: a flow written at its slice's start may differ by an ulp).
+        # Within float noise: a flow written at its slice's start may differ by an ulp.
         tol = 1e-6 + np.abs(ts) * 2e-15
         p = np.searchsorted(starts, ts + tol, "right") - 1
         pc = np.maximum(p, 0)
         direct = (p >= 0) & (ends[pc] >= ts - tol)
-        ok = direct & kept[pc]
         between = (p >= 0) & ~direct
-        if between.any():
-            k_starts, k_run_end = starts[kept], np.maximum.accumulate(ends[kept]) if kept.any() else ends[:0]
-            q = np.searchsorted(k_starts, ts[between] + tol[between], "right") - 1
-            ok[between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts[between] - tol[between]) if len(k_starts) else False
-        # Next-slice binding for `f` without `bp: e`.
-        # Next-slice binding: any kept slice from ts − tol up to the first start
-        # at or after ts (the slices sharing that start included).
+        # Next-slice binding: any kept slice from ts − tol up to the first start at
+        # or after ts (the slices sharing that start included).
         lo_next = np.searchsorted(starts, ts - tol, "left")
         exact = np.searchsorted(starts, ts, "left")
         hi_next = np.searchsorted(starts, starts[np.minimum(exact, len(starts) - 1)], "right")
         hi_next = np.where(exact < len(starts), hi_next, len(starts))
-        kept_cum = np.concatenate(([0], np.cumsum(kept)))
-        next_ok = kept_cum[hi_next] - kept_cum[lo_next] > 0
-        ok_sorted[lo_f:hi_f] = np.where(enclosing_kind, ok, next_ok)
-    ok = np.empty(len(fidx), dtype=bool)
-    ok[forder] = ok_sorted
-    bad_flows = np.unique(t.flow_key[fidx[~ok]])
-    return fidx[~np.isin(t.flow_key[fidx], bad_flows)]
+        segments.append(_FlowSegment(lo_f, hi_f, a, b, pc, direct, between, lo_next, hi_next,
+                                     t.bind_enclosing[fsorted[lo_f:hi_f]], ts, tol))
+    fb = _FlowBinding(fidx, forder, order, sstart, send, segments)
+    object.__setattr__(sl, "_flow_binding", fb)  # level- and window-independent: once per table
+    return fb

@@ -68,7 +68,18 @@ class TraceService:
     def __init__(self, logdir: str, cache_dir: Optional[str] = None, cache_mb: float = 1024,
                  max_input_mb: float = 4096, memory_mb: float = 2048) -> None:
         self.catalog = Catalog(logdir)
-        self.disk = DiskCache(cache_dir or default_cache_dir(), int(cache_mb * MB))
+        cache_dir = cache_dir or default_cache_dir()
+        self.disk = DiskCache(cache_dir, int(cache_mb * MB))
+        # Compressed event blocks of Chrome traces being zoomed (see ChromeJsonEvents);
+        # leftovers of earlier processes go (a live one keeps its open file readable).
+        self.store_dir = os.path.join(cache_dir, "blocks")
+        if os.path.isdir(self.store_dir):
+            for name in os.listdir(self.store_dir):
+                if name.startswith(".blocks-"):
+                    try:
+                        os.unlink(os.path.join(self.store_dir, name))
+                    except OSError:
+                        pass
         self.indexes: MemoryLRU[TraceIndex] = MemoryLRU(int(memory_mb * MB), index_bytes)
         self.flight = SingleFlight()
         self.max_input_bytes = int(max_input_mb * MB)
@@ -103,7 +114,8 @@ class TraceService:
             if hit is not None:
                 return hit
             try:
-                idx = index_file(tf.path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30))
+                idx = index_file(tf.path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
+                                 store_dir=self.store_dir)
             except TraceError as exc:
                 raise RequestError(422, f"cannot read {os.path.basename(tf.path)}: {exc}") from None
             except MemoryError:

@@ -54,3 +54,46 @@ def test_a_view_without_args_keeps_the_same_events_and_only_names_and_values_in_
             elif "args" in y:
                 assert set(y["args"]) <= {"bind_id", "flow_in", "flow_out"}
         assert any("args" in x for x in a["traceEvents"] if x.get("ph") == "X" and x.get("cat") != "tb_reduce.summary")
+
+
+@pytest.mark.parametrize("block_size", [1 << 24, 20_000], ids=["one-block", "many-blocks"])
+def test_a_chrome_trace_keeps_its_blocks_after_one_full_pass_and_reads_only_those_later(
+        tmp_path: Path, block_size: int) -> None:
+    """What makes zooming a big Chrome trace cheap in the plugin: after the first
+    full write pass, windows inflate only the blocks they need from a temporary
+    store, with the same bytes as streaming the file again."""
+    import gc
+
+    import numpy as np
+
+    from tb_reduce_plugin import chrome_json
+
+    store = tmp_path / "blocks"
+    index = index_file(DEMO, store_dir=str(store))
+    source = index.source
+    source.block_size = block_size
+    n = index.events
+    picks = np.array(sorted({0, 1, n // 3, n // 2, n - 1}))
+    for _ in source.events(np.array([0])):
+        break
+    assert not source.has_store and not any(store.iterdir())  # an early stop (a details lookup) builds nothing
+    streamed = [raw for block in source.events(picks) for raw in block]  # the first full pass
+    assert source.has_store and len(list(store.iterdir())) == 1
+    assert (len(source._store._offsets) > 10) == (block_size < 1 << 20)
+    everything = [raw for block in source.events(np.arange(n)) for raw in block]
+    calls = []
+    original = chrome_json.TraceStream
+    chrome_json.TraceStream = lambda *a, **k: calls.append(a) or original(*a, **k)  # type: ignore[misc]
+    try:
+        again = [raw for block in source.events(picks) for raw in block]
+    finally:
+        chrome_json.TraceStream = original  # type: ignore[misc]
+    assert again == streamed == [everything[i] for i in picks.tolist()]
+    assert not calls  # the file was not read again
+    reduced_first = reduce_to_bytes(DEMO, level=2)
+    buf = io.BytesIO()
+    reduce_index(index, buf, 2, gzip=False)
+    assert json.loads(buf.getvalue())["traceEvents"] == json.loads(reduced_first)["traceEvents"]
+    del index, source
+    gc.collect()
+    assert not any(store.iterdir())  # the store goes with its index

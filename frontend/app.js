@@ -1,0 +1,562 @@
+// The dashboard: pickers, level control, stats, timeline, details, sharing.
+// Wires the other modules together; owns when to fetch (see policy.js).
+import {BASE, getJson, routeUrl} from './api.js';
+import {el, ensureStylesheet, setChildren} from './dom.js';
+import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
+import {TraceLoader} from './loader.js';
+import {FLAG_SUMMARY, inputIndexOf, summaryInfo} from './model.js';
+import {fetchWindow, needsFetch} from './policy.js';
+import {LEVELS, downloadUrl, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
+import {Timeline} from './timeline.js';
+
+/** Level 0 of a file this large would send every event to the tab: ask first. */
+export const HUGE_BYTES = 50e6;
+const FETCH_DEBOUNCE_MS = 180;
+const LEVEL_LABELS = {
+  auto: 'auto — the least reduced that fits',
+  0: '0 — lossless, every event',
+  1: '1 — 100,000 buckets',
+  2: '2 — 20,000 buckets, long args cut',
+  3: '3 — 5,000 buckets, no args',
+  4: '4 — 1,000 buckets, no args',
+};
+
+export async function mountDashboard(root, {search = '', standalone = false} = {}) {
+  ensureStylesheet(new URL('static/dashboard.css', BASE).href);
+  const app = new Dashboard(root, parseViewState(search), standalone);
+  // A handle for tests and the benchmark (state, locating slices, frame counts).
+  window.tbReduceDashboard = app;
+  await app.start();
+  return app;
+}
+
+class Dashboard {
+  constructor(root, initial, standalone) {
+    this.initial = initial;
+    this.standalone = standalone;
+    this.runs = [];
+    this.sel = {run: null, host: null, level: initial.level};
+    this.data = null; // {key, level, window, full, bucketUs, model}
+    this.extents = new Map(); // run/host → the whole trace's window, once seen
+    this.extentAsked = new Set();
+    this.insisted = new Set(); // run/host where the user asked for level 0 despite the size
+    this.loader = new TraceLoader();
+    this.inflight = null;
+    this.seq = 0;
+    this.stats = null;
+    this.selected = null; // {kind, input} of the clicked event, kept across refetches
+    this.detailsSeq = 0;
+    this.fetchTimer = 0;
+    this.build(root);
+  }
+
+  key() {
+    return `${this.sel.run}\u0000${this.sel.host}`;
+  }
+
+  hostInfo() {
+    const run = this.runs.find((r) => r.run === this.sel.run);
+    return run ? run.hosts.find((h) => h.host === this.sel.host) : null;
+  }
+
+  // ---- DOM -----------------------------------------------------------------
+  build(root) {
+    this.runSelect = el('select', {'data-testid': 'run-select', 'aria-label': 'Run', onchange: () => this.selectRun(this.runSelect.value)});
+    this.hostSelect = el('select', {'data-testid': 'host-select', 'aria-label': 'Host', onchange: () => this.selectHost(this.hostSelect.value)});
+    this.levelSelect = el('select', {'data-testid': 'level-select', 'aria-label': 'Level', onchange: () => this.setLevel(this.levelSelect.value)},
+      LEVELS.map((l) => el('option', {value: l}, LEVEL_LABELS[l])));
+    this.levelSelect.value = this.sel.level;
+    this.flows = el('input', {type: 'checkbox', 'data-testid': 'flows-toggle', onchange: () => this.timeline.setShowFlows(this.flows.checked)});
+    this.shareLink = el('a', {'data-testid': 'share-link', class: 'tbr-button', href: '#', target: '_blank', rel: 'noopener',
+      title: 'Copy a link that reopens this run, host, level and window', onclick: (e) => this.copyLink(e)}, 'Copy link');
+    this.downloadLink = el('a', {'data-testid': 'download-link', class: 'tbr-button', href: '#', download: '',
+      title: 'Download the reduced trace (.json.gz) of this level and window; it opens in Perfetto and chrome://tracing'}, 'Download .json.gz');
+    this.fitButton = el('button', {type: 'button', class: 'tbr-button', title: 'Show the whole trace', onclick: () => this.fit()}, 'Fit');
+    this.copied = el('span', {class: 'tbr-copied', 'aria-live': 'polite'});
+    this.status = el('div', {class: 'tbr-status', role: 'status', 'data-testid': 'status'});
+    this.progressBar = el('div', {class: 'tbr-progress-bar'});
+    this.progress = el('div', {class: 'tbr-progress', hidden: true}, this.progressBar);
+    this.statsBox = el('section', {'data-testid': 'stats', class: 'tbr-stats', 'aria-label': 'Reduction statistics'});
+    this.timelineBox = el('div', {'data-testid': 'timeline', class: 'tbr-timeline', 'data-loading': '0'});
+    this.message = el('div', {class: 'tbr-message', hidden: true});
+    this.details = el('section', {'data-testid': 'details', class: 'tbr-details', 'aria-label': 'Event details'},
+      el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
+
+    const bar = el('header', {class: 'tbr-bar'},
+      el('span', {class: 'tbr-title'}, 'Trace Reduce'),
+      el('label', {}, 'Run ', this.runSelect),
+      el('label', {}, 'Host ', this.hostSelect),
+      el('label', {}, 'Level ', this.levelSelect),
+      el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
+      this.fitButton, this.shareLink, this.downloadLink, this.copied,
+      el('span', {class: 'tbr-help'}, 'wheel or W/S zoom · drag or A/D pan · shift+wheel scrolls tracks · click for details'));
+    this.app = el('div', {class: 'tbr-app'}, bar, this.statsBox,
+      el('div', {class: 'tbr-statusline'}, this.status, this.progress),
+      this.timelineBox, this.details);
+    root.replaceChildren(this.app);
+    this.timelineBox.append(this.message);
+    this.timeline = new Timeline(this.timelineBox, {
+      onViewChange: () => this.viewChanged(),
+      onSelect: (hit) => this.showDetails(hit),
+    });
+  }
+
+  setStatus(text, kind = '') {
+    this.status.textContent = text;
+    this.status.className = `tbr-status ${kind}`;
+    this.status.setAttribute('role', kind === 'tbr-error' ? 'alert' : 'status');
+  }
+
+  setProgress(fraction) {
+    this.progress.hidden = fraction === null;
+    if (fraction !== null) this.progressBar.style.width = `${Math.round(Math.min(1, Math.max(0.02, fraction)) * 100)}%`;
+  }
+
+  /** A message over the timeline (empty, failed, too big); `actions` are [label, fn] buttons. */
+  showMessage(title, text, actions = [], kind = '') {
+    setChildren(this.message,
+      el('h3', {}, title),
+      text ? el('p', {}, text) : null,
+      actions.length ? el('div', {class: 'tbr-actions'}, actions.map(([label, fn, cls]) =>
+        el('button', {type: 'button', class: `tbr-button ${cls || ''}`, onclick: fn}, label))) : null);
+    this.message.className = `tbr-message ${kind}`;
+    this.message.hidden = false;
+  }
+
+  hideMessage() {
+    this.message.hidden = true;
+  }
+
+  // ---- runs and hosts ------------------------------------------------------
+  async start() {
+    this.setStatus('Listing traces…');
+    try {
+      this.runs = await getJson('runs');
+    } catch (err) {
+      this.setStatus(`Could not list traces: ${err.message}`, 'tbr-error');
+      this.showMessage('Could not list the traces', err.message, [], 'tbr-error');
+      return;
+    }
+    if (!Array.isArray(this.runs) || !this.runs.length) {
+      this.setStatus('No profiler traces in this logdir.');
+      this.showMessage('No profiler traces found',
+        'Put traces under <logdir>/…/plugins/profile/<run>/ (XProf, JAX, TensorFlow: *.xplane.pb, *.trace.json.gz) ' +
+        'or in a run directory (PyTorch: *.pt.trace.json[.gz]); the list refreshes when you reload this page.');
+      this.runSelect.disabled = this.hostSelect.disabled = true;
+      this.updateLinks();
+      return;
+    }
+    setChildren(this.runSelect, this.runs.map((r) => el('option', {value: r.run}, r.run)));
+    const {run, host} = this.initial;
+    const wanted = this.runs.find((r) => r.run === run);
+    if (run && (!wanted || (host && !wanted.hosts.some((h) => h.host === host)))) {
+      this.setStatus(`This link names ${wanted ? `host “${host}” in ` : ''}run “${run}”, which this logdir does not have; showing the first trace instead.`, 'tbr-error');
+    }
+    const first = wanted || this.runs[0];
+    this.runSelect.value = first.run;
+    this.fillHosts(first);
+    const hostOk = wanted && first.hosts.some((h) => h.host === host);
+    this.hostSelect.value = hostOk ? host : first.hosts[0].host;
+    this.sel.run = first.run;
+    this.sel.host = this.hostSelect.value;
+    if (hostOk && this.initial.window) {
+      // a shared link: show exactly its window, fetch around it
+      this.timeline.setView(this.initial.window[0], this.initial.window[1], {silent: true});
+      this.load(fetchWindow(this.initial.window, null));
+    } else {
+      this.load(null);
+    }
+    this.updateLinks();
+  }
+
+  fillHosts(runInfo) {
+    setChildren(this.hostSelect, runInfo.hosts.map((h) =>
+      el('option', {value: h.host}, `${h.host} (${h.format}, ${formatBytes(h.bytes)})`)));
+  }
+
+  selectRun(run) {
+    const info = this.runs.find((r) => r.run === run);
+    if (!info) return;
+    this.fillHosts(info);
+    this.selectHost(info.hosts[0].host, run);
+  }
+
+  selectHost(host, run = this.sel.run) {
+    this.sel.run = run;
+    this.sel.host = host;
+    this.hostSelect.value = host;
+    this.data = null;
+    this.stats = null;
+    this.selected = null;
+    this.timeline.clear();
+    this.renderStats();
+    this.showDetails(null);
+    const ext = this.extents.get(this.key());
+    if (ext) this.timeline.setExtent(ext);
+    this.load(null);
+    this.updateLinks();
+  }
+
+  setLevel(level) {
+    this.sel.level = level;
+    this.levelSelect.value = level;
+    const view = this.timeline.getView();
+    const ext = this.extents.get(this.key());
+    this.load(view ? fetchWindow(view, ext) : null);
+    this.updateLinks();
+  }
+
+  fit() {
+    const ext = this.extents.get(this.key()) || (this.data && this.data.window);
+    if (ext) this.timeline.setView(ext[0], ext[1]);
+  }
+
+  // ---- loading -------------------------------------------------------------
+  /** Loads the reduced trace of the selected host at the selected level; window null = whole trace. */
+  load(window) {
+    const host = this.hostInfo();
+    if (!host) return;
+    const key = this.key();
+    const level = this.sel.level;
+    if (this.inflight) this.abortInflight();
+    if (level === '0' && host.bytes > HUGE_BYTES && !this.insisted.has(key)) {
+      this.warnHuge(host, window);
+      return;
+    }
+    this.hideMessage();
+    const seq = ++this.seq;
+    const params = viewParams({run: this.sel.run, host: this.sel.host, level, window});
+    // The timeline draws no args; a click asks the `event` route for them. Leaving
+    // them out makes each window cheaper to write, send and parse.
+    params.set('args', '0');
+    const controller = new AbortController();
+    const started = performance.now();
+    const job = this.loader.load(routeUrl('trace', params), {
+      onProgress: (received) => this.onProgress(seq, received, started),
+      onPhase: (phase, received) => {
+        if (seq !== this.seq) return;
+        this.setStatus(`Parsing ${formatBytes(received)} of JSON…`);
+        this.setProgress(1);
+      },
+    });
+    this.inflight = {seq, job, controller, window, level, key};
+    this.timelineBox.dataset.loading = '1';
+    this.setStatus(`Reducing ${this.sel.host} at level ${level} on the server…`);
+    this.setProgress(0);
+    this.pendingStats = null;
+    getJson('stats', params, controller.signal).then((stats) => {
+      if (seq !== this.seq) return;
+      this.pendingStats = stats;
+      if (!this.inflight) this.applyStats(stats);
+    }).catch(() => {}); // the trace request reports failures
+    job.promise.then((model) => this.loaded(seq, model, window, level, key, started),
+      (err) => this.failed(seq, err));
+  }
+
+  abortInflight() {
+    const f = this.inflight;
+    this.inflight = null;
+    f.controller.abort();
+    f.job.abort();
+    this.timelineBox.dataset.loading = '0';
+    this.setProgress(null);
+  }
+
+  onProgress(seq, received, started) {
+    if (seq !== this.seq) return;
+    const expected = this.pendingStats && this.pendingStats.output ? this.pendingStats.output.json_bytes : null;
+    const secs = ((performance.now() - started) / 1000).toFixed(1);
+    this.setStatus(expected ? `Receiving ${formatBytes(received)} of ${formatBytes(expected)} (${secs} s)…`
+      : `Receiving ${formatBytes(received)} (${secs} s)…`);
+    this.setProgress(expected ? received / expected : 0.5);
+  }
+
+  loaded(seq, model, window, level, key, started) {
+    if (seq !== this.seq) return;
+    this.inflight = null;
+    this.timelineBox.dataset.loading = '0';
+    this.setProgress(null);
+    const tb = model.tb || {};
+    const full = window === null;
+    const dataWindow = model.window;
+    if (full) {
+      this.extents.set(key, dataWindow.slice());
+      this.timeline.setExtent(dataWindow.slice());
+    }
+    this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
+      full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, model};
+    this.timeline.setModel(model, dataWindow);
+    this.restoreSelection(model);
+    const total = ((performance.now() - started) / 1000).toFixed(2);
+    const shown = model.slices.count + model.instants.count;
+    this.setStatus(`Level ${this.data.level}${level === 'auto' ? ' (auto)' : ''}: ${formatCount(model.eventCount)} events in ` +
+      `${full ? 'the whole trace' : `a ${formatDuration(dataWindow[1] - dataWindow[0])} window`} · loaded in ${total} s`);
+    if (!shown && !model.counters.length) {
+      this.showMessage('Nothing to draw', full ? 'This trace holds no slices, counters or instants.'
+        : 'No events in this window: zoom out or press Fit.');
+    }
+    if (!full && !this.extents.has(key)) this.discoverExtent(key);
+    this.timelineBox.dataset.level = String(this.data.level);
+    this.timelineBox.dataset.events = String(model.eventCount);
+    this.stats = this.pendingStats && this.pendingStats.level === this.data.level ? this.pendingStats : null;
+    this.renderStats();
+    this.updateLinks();
+    this.maybeFetch(); // the view may have moved while this was loading
+  }
+
+  failed(seq, err) {
+    if (seq !== this.seq || err.name === 'AbortError') return;
+    this.inflight = null;
+    this.timelineBox.dataset.loading = '0';
+    this.setProgress(null);
+    const what = `${this.sel.run} / ${this.sel.host}`;
+    this.setStatus(`Could not load ${what}: ${err.message}`, 'tbr-error');
+    if (!this.data) {
+      const hint = err.status === 413 ? 'The file is over the server\'s input limit (--tb_reduce_max_input_mb).'
+        : err.status === 422 ? 'The server could not read this file.' : '';
+      this.showMessage(`Could not load ${what}`, err.message, [], 'tbr-error');
+      if (hint) this.message.append(el('p', {class: 'tbr-muted'}, hint));
+    }
+  }
+
+  /**
+   * A shared link opens on a window, so the trace's extent (for Fit, the zoom-out
+   * limit and a ruler that starts at the trace's start, as the sender saw it)
+   * is unknown: ask the cheapest level's stats for it, once.
+   */
+  discoverExtent(key) {
+    if (this.extentAsked.has(key)) return;
+    this.extentAsked.add(key);
+    getJson('stats', {run: this.sel.run, host: this.sel.host, level: '4'}).then((st) => {
+      const w = st && st.window_us;
+      if (!Array.isArray(w) || !(w[1] > w[0]) || this.extents.has(key)) return;
+      this.extents.set(key, w.slice());
+      if (key === this.key()) {
+        this.timeline.setExtent(w.slice());
+        this.timeline.requestDraw();
+        this.updateLinks();
+      }
+    }).catch(() => this.extentAsked.delete(key));
+  }
+
+  warnHuge(host, window) {
+    this.setStatus(`Level 0 of a ${formatBytes(host.bytes)} trace: waiting for your choice.`);
+    this.showMessage(`${this.sel.host} is ${formatBytes(host.bytes)} (${host.format})`,
+      'Level 0 sends every event to this tab, which may freeze or crash it. ' +
+      'auto (or level 2) keeps every slice you can see at this zoom and folds the rest into counted summaries; ' +
+      'zooming in brings the detail back.',
+      [['Use auto', () => this.setLevel('auto'), 'tbr-primary'],
+        ['Use level 2', () => this.setLevel('2')],
+        ['Load level 0 anyway', () => {
+          this.insisted.add(this.key());
+          this.load(window);
+        }, 'tbr-danger']], 'tbr-warning');
+    this.timelineBox.dataset.loading = '0';
+  }
+
+  // ---- view changes: links now, fetches debounced ----------------------------
+  viewChanged() {
+    clearTimeout(this.fetchTimer);
+    this.fetchTimer = setTimeout(() => {
+      this.updateLinks();
+      this.maybeFetch();
+    }, FETCH_DEBOUNCE_MS);
+  }
+
+  maybeFetch() {
+    const view = this.timeline.getView();
+    if (!view || !this.data || this.data.key !== this.key()) return;
+    const width = this.timeline.plotWidth();
+    const f = this.inflight;
+    if (f && f.key === this.key()) {
+      // a request already on its way will do if it covers the view finely enough
+      const win = f.window || this.extents.get(f.key) || this.data.window;
+      const pending = {window: win, full: !f.window, level: f.level === '0' ? 0 : -1, bucketUs: 0};
+      if (!needsFetch(view, pending, width)) return;
+    } else if (this.data.requested === this.sel.level && !needsFetch(view, this.data, width)) {
+      return;
+    }
+    this.load(fetchWindow(view, this.extents.get(this.key())));
+  }
+
+  /** The visible window, or null when it shows the whole trace (shorter links, better cached). */
+  currentWindow() {
+    const view = this.timeline.getView();
+    if (!view) return this.initial.window;
+    const ext = this.extents.get(this.key());
+    if (ext && view[0] <= ext[0] + 1e-6 && view[1] >= ext[1] - 1e-6) return null;
+    return view;
+  }
+
+  updateLinks() {
+    if (!this.sel.host) {
+      this.shareLink.removeAttribute('href');
+      this.downloadLink.removeAttribute('href');
+      return;
+    }
+    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, window: this.currentWindow()};
+    this.shareLink.href = shareUrl(BASE, state);
+    this.downloadLink.href = downloadUrl(BASE, state);
+    const view = this.timeline.getView();
+    if (view) {
+      this.timelineBox.dataset.startUs = String(roundUs(view[0]));
+      this.timelineBox.dataset.endUs = String(roundUs(view[1]));
+    }
+    if (this.standalone) {
+      // the view page's own address follows the view, so reload and bookmarks keep it
+      history.replaceState(null, '', `?${viewParams(state)}`);
+    }
+  }
+
+  async copyLink(e) {
+    if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return; // let the browser open it
+    e.preventDefault();
+    this.updateLinks();
+    const url = this.shareLink.href;
+    try {
+      await navigator.clipboard.writeText(url);
+      this.copied.textContent = 'Link copied';
+    } catch {
+      // clipboard blocked (iframe permissions, http): show the link to copy by hand
+      const input = el('input', {class: 'tbr-linkbox', readonly: true, value: url, 'aria-label': 'Link to this view'});
+      setChildren(this.copied, input);
+      input.select();
+    }
+    clearTimeout(this.copiedTimer);
+    this.copiedTimer = setTimeout(() => this.copied.replaceChildren(), 8000);
+  }
+
+  // ---- stats ---------------------------------------------------------------
+  applyStats(stats) {
+    if (stats) this.stats = stats;
+    this.renderStats();
+  }
+
+  renderStats() {
+    const d = this.data;
+    if (!d) {
+      setChildren(this.statsBox);
+      return;
+    }
+    const tb = d.model.tb || {};
+    const st = this.stats && this.stats.level === tb.level ? this.stats : null;
+    const input = {...(tb.input || {}), ...(st ? st.input : {})};
+    const output = {...(tb.output || {}), ...(st ? st.output : {})};
+    const host = this.hostInfo();
+    const fileBytes = input.bytes ?? (host ? host.bytes : undefined);
+    const original = [
+      ['events', formatCount(input.events)],
+      ['file', `${formatBytes(fileBytes)} (${input.format || (host && host.format) || '?'})`],
+    ];
+    if (input.json_bytes && input.format !== 'xspace') original.push(['JSON', formatBytes(input.json_bytes)]);
+    const reduced = [
+      ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets of ${formatDuration(tb.bucket_us)}` : ' · lossless'}`],
+      ['events', `${formatCount(output.events)} (${formatRatio(output.events, input.events)})` +
+        (output.summaries ? `, of which ${formatCount(output.summaries)} summaries` : '')],
+      ['JSON', output.json_bytes !== undefined ? `${formatBytes(output.json_bytes)}${input.json_bytes && input.format !== 'xspace' ? ` (${formatRatio(output.json_bytes, input.json_bytes)})` : ''}` : '…'],
+      ['window', d.full ? `whole trace, ${formatDuration(d.window[1] - d.window[0])}` : `${formatDuration(d.window[1] - d.window[0])} of the trace`],
+    ];
+    const t = st && st.timings_s ? st.timings_s : null;
+    const timing = [
+      ['server', t ? `${formatSeconds(t.request)}${st.cached ? ' (cached earlier)' : ''}` : '…'],
+    ];
+    if (t) timing.push(['steps', `index ${formatSeconds(t.index)} · plan ${formatSeconds(t.plan)} · write ${formatSeconds(t.write)}`]);
+    if (d.model.timing) timing.push(['browser', `receive ${formatDuration(d.model.timing.receive_ms * 1000)} · parse ${formatDuration(d.model.timing.parse_ms * 1000)}`]);
+    const card = (title, rows, cls) => el('div', {class: `tbr-card ${cls}`}, el('h4', {}, title),
+      el('dl', {}, rows.map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
+    setChildren(this.statsBox, card('Original', original, 'tbr-card-in'), el('div', {class: 'tbr-arrow', 'aria-hidden': 'true'}, '→'),
+      card('Reduced', reduced, 'tbr-card-out'), card('Reduction took', timing, 'tbr-card-time'));
+  }
+
+  // ---- details ---------------------------------------------------------------
+  /** Re-finds the clicked event in a new response, by its input index. */
+  restoreSelection(model) {
+    const sel = this.selected;
+    if (!sel || sel.input === null) {
+      this.timeline.setSelected(null);
+      return;
+    }
+    const s = model.slices;
+    for (let i = 0; i < s.count; i += 1) {
+      if (!(s.flags[i] & FLAG_SUMMARY) && inputIndexOf(model, s.k[i]) === sel.input) {
+        this.timeline.setSelected({kind: 'slice', index: i, model});
+        return;
+      }
+    }
+    this.timeline.setSelected(null);
+  }
+
+  showDetails(hit) {
+    const seq = ++this.detailsSeq;
+    if (!hit) {
+      this.selected = null;
+      setChildren(this.details, el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
+      return;
+    }
+    const m = hit.model;
+    const origin = this.timeline.displayOrigin ?? m.origin;
+    const rows = [];
+    let name;
+    let k;
+    let summary = null;
+    if (hit.kind === 'slice') {
+      const s = m.slices;
+      name = m.names[s.name[hit.index]];
+      k = s.k[hit.index];
+      const track = m.tracks[s.rowTrack[s.row[hit.index]]];
+      rows.push(['start', formatDuration(s.ts[hit.index] + m.origin - origin)], ['duration', formatDuration(s.dur[hit.index])],
+        ['track', `${m.processes[track.proc].label} › ${track.label}`]);
+      if (s.flags[hit.index] & FLAG_SUMMARY) summary = summaryInfo(m, k) || {count: 0, top: []};
+    } else if (hit.kind === 'instant') {
+      name = m.names[m.instants.name[hit.index]];
+      k = m.instants.k[hit.index];
+      rows.push(['time', formatDuration(m.instants.ts[hit.index] + m.origin - origin)]);
+    } else {
+      const c = m.counters[hit.index];
+      name = c.label;
+      k = c.k[hit.sample];
+      rows.push(['time', formatDuration(c.ts[hit.sample] + m.origin - origin)], ['value', String(c.val[hit.sample])]);
+    }
+    const input = summary ? null : inputIndexOf(m, k);
+    this.selected = {kind: hit.kind, input};
+    const body = el('div', {class: 'tbr-args'});
+    setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name),
+      el('dl', {class: 'tbr-detail-basics'}, rows.map(([a, b]) => [el('dt', {}, a), el('dd', {}, b)])), body);
+    if (summary) {
+      const s = m.slices;
+      const [t0, t1] = [s.ts[hit.index] + m.origin, s.ts[hit.index] + s.dur[hit.index] + m.origin];
+      setChildren(body,
+        el('p', {}, `${formatCount(summary.count)} events folded here (a summary slice: they were each narrower than one bucket at this level).`),
+        el('table', {class: 'tbr-top'}, el('tr', {}, el('th', {}, 'count'), el('th', {}, 'name')),
+          summary.top.map(([n, c]) => el('tr', {}, el('td', {}, formatCount(c)), el('td', {}, n)))),
+        el('button', {type: 'button', class: 'tbr-button', onclick: () => {
+          const pad = (t1 - t0) * 0.1 || 1;
+          this.timeline.setView(t0 - pad, t1 + pad);
+        }}, 'Zoom to these events'));
+      return;
+    }
+    if (input === null) return;
+    setChildren(body, el('p', {class: 'tbr-muted'}, `Loading event #${input}…`));
+    getJson('event', {run: this.sel.run, host: this.sel.host, i: String(input)}).then((event) => {
+      if (seq !== this.detailsSeq) return;
+      setChildren(body, renderEvent(event, input));
+    }, (err) => {
+      if (seq !== this.detailsSeq) return;
+      setChildren(body, el('p', {class: 'tbr-error'}, `Could not load the event's arguments: ${err.message}`));
+    });
+  }
+}
+
+/** An event's fields and args as a key/value table; values are text (JSON for structures). */
+function renderEvent(event, input) {
+  const fields = Object.entries(event || {}).filter(([key]) => key !== 'args');
+  const args = event && event.args && typeof event.args === 'object' ? Object.entries(event.args) : [];
+  const row = ([key, value]) => el('tr', {}, el('th', {}, key),
+    el('td', {}, typeof value === 'string' ? value : el('code', {}, JSON.stringify(value))));
+  return [
+    el('h4', {}, `Arguments (${args.length})`),
+    args.length ? el('table', {class: 'tbr-kv', 'data-testid': 'details-args'}, args.map(row)) : el('p', {class: 'tbr-muted'}, 'none'),
+    el('h4', {}, `Event #${input}`),
+    el('table', {class: 'tbr-kv'}, fields.map(row)),
+  ];
+}

@@ -1,0 +1,51 @@
+// When to ask the server again, and for which window. Pure functions.
+//
+// Like Perfetto and XProf's trace viewer, a fetch covers 3× the visible span
+// (the view in the middle), so panning by up to a screen on either side needs no
+// request. A new request is due when the view leaves the data's window, or when
+// the user has zoomed in far enough that the data's resolution no longer fills
+// the screen with detail (XProf refetches after an 8× zoom; coarse levels
+// sooner, when one of their buckets grows wider than ~2 px).
+
+export const PREFETCH_FACTOR = 3;
+export const ZOOM_REFETCH = 8;
+
+/**
+ * @param view [t0, t1] visible µs
+ * @param data {window: [t0, t1], level: resolved level (0..4), bucketUs, full: bool} or null
+ * @param plotWidth visible plot width in px
+ */
+export function needsFetch(view, data, plotWidth) {
+  if (!data) return true;
+  const [v0, v1] = view;
+  const [d0, d1] = data.window;
+  const span = v1 - v0;
+  const slack = 1e-6 * Math.max(Math.abs(d0), Math.abs(d1), 1) + 1e-9; // float noise at epoch-µs times
+  const inside = data.full ? v1 >= d0 && v0 <= d1 : v0 >= d0 - slack && v1 <= d1 + slack;
+  if (!inside) return true;
+  if (data.level === 0) return false; // lossless: nothing finer to get
+  const zoom = (d1 - d0) / span;
+  if (zoom >= ZOOM_REFETCH) return true;
+  const pxUs = span / Math.max(1, plotWidth);
+  return data.bucketUs > 2 * pxUs && zoom >= 2;
+}
+
+/**
+ * The window to ask for: 3× the view around its centre, clipped to the trace's
+ * extent when known; null (the whole trace, the best-cached request) when that
+ * covers the extent anyway.
+ */
+export function fetchWindow(view, extent) {
+  const [v0, v1] = view;
+  const half = ((v1 - v0) * PREFETCH_FACTOR) / 2;
+  const mid = (v0 + v1) / 2;
+  let w0 = mid - half;
+  let w1 = mid + half;
+  if (extent) {
+    if (w0 <= extent[0] && w1 >= extent[1]) return null;
+    w0 = Math.max(w0, extent[0]);
+    w1 = Math.min(w1, extent[1]);
+    if (!(w1 > w0)) return null;
+  }
+  return [w0, w1];
+}

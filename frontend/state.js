@@ -1,0 +1,56 @@
+// The shareable part of the dashboard's state (run, host, level, window) and its
+// round trip through a URL query string: the `view` page reads it back, so a
+// copied link reopens exactly what the sender saw.
+
+export const LEVELS = ['auto', '0', '1', '2', '3', '4'];
+// Level 2, as the command line and the plugin's routes: `auto` aims at a file's
+// budget (500 k events) and would hand a zoomed window far more than a screen shows.
+export const DEFAULT_LEVEL = '2';
+
+/** Reads {run, host, level, window} from a query string; bad values are ignored, not fatal. */
+export function parseViewState(search) {
+  const q = new URLSearchParams(search);
+  const level = q.get('level');
+  const start = Number(q.get('start_us'));
+  const end = Number(q.get('end_us'));
+  const hasWindow = q.has('start_us') && q.has('end_us') && Number.isFinite(start) && Number.isFinite(end) && start < end;
+  return {
+    run: q.get('run') || null,
+    host: q.get('host') || null,
+    level: LEVELS.includes(level) ? level : DEFAULT_LEVEL,
+    window: hasWindow ? [start, end] : null,
+  };
+}
+
+/**
+ * Times in a URL are rounded to 1 ns: enough for any view (the server's
+ * guarantees are to 1 ns) and short enough to paste.
+ */
+export function roundUs(us) {
+  return Math.round(us * 1000) / 1000;
+}
+
+/** The query parameters every route shares: run, host, level and, if any, the window. */
+export function viewParams({run, host, level, window}) {
+  const params = new URLSearchParams();
+  params.set('run', run);
+  params.set('host', host);
+  params.set('level', level || DEFAULT_LEVEL);
+  if (window) {
+    params.set('start_us', String(roundUs(window[0])));
+    params.set('end_us', String(roundUs(window[1])));
+  }
+  return params;
+}
+
+/** An absolute `view?…` link: works in a new tab, outside TensorBoard's iframe. */
+export function shareUrl(base, state) {
+  return new URL(`view?${viewParams(state)}`, base).href;
+}
+
+/** The reduced `.json.gz` of this level and window, as a file download. */
+export function downloadUrl(base, state) {
+  const params = viewParams(state);
+  params.set('download', '1');
+  return new URL(`trace?${params}`, base).href;
+}

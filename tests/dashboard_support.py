@@ -1,0 +1,161 @@
+"""Helpers for the dashboard's browser tests and benchmark: a real TensorBoard
+process on a free port, a logdir of real traces, and canvas pixel statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+PYTORCH_DEMO = ROOT / "demo_logdir" / "pytorch_cnn"
+JAX_SMALL = ROOT.parent / "shared" / "corpus" / "generated" / "jax_cpu_mlp_small" / "vm.xplane.pb"
+
+HOSTILE_IMG = '<img src=x onerror="window.__pwned=1">'
+HOSTILE_SCRIPT = "<script>window.__pwned=2</script>"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hostile_trace() -> dict:
+    """A tiny Chrome trace whose names are HTML: they must show as text, never run."""
+    return {
+        "traceEvents": [
+            {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "<b>proc</b>"}},
+            {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": HOSTILE_SCRIPT}},
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 1000, "name": HOSTILE_IMG,
+             "args": {"note": "<iframe src=javascript:alert(1)>"}},
+            {"ph": "X", "pid": 1, "tid": 1, "ts": 100, "dur": 500, "name": HOSTILE_SCRIPT},
+            {"ph": "i", "pid": 1, "tid": 1, "ts": 700, "s": "t", "name": "<svg onload=alert(1)>"},
+        ],
+        "displayTimeUnit": "ms",
+    }
+
+
+def build_logdir(root: Path, huge_bytes: int = 0) -> Path:
+    """The test logdir: real PyTorch and JAX profiles, a hostile trace, a broken
+    file and (optionally) a sparse "huge" file, in the layouts users have."""
+    logdir = root / "logdir"
+    shutil.copytree(PYTORCH_DEMO, logdir / "pytorch_cnn")
+    jax_run = logdir / "jax" / "plugins" / "profile" / "r1"
+    jax_run.mkdir(parents=True)
+    shutil.copyfile(JAX_SMALL, jax_run / "vm.xplane.pb")
+    (logdir / "hostile").mkdir()
+    (logdir / "hostile" / "evil.pt.trace.json").write_text(json.dumps(hostile_trace()))
+    (logdir / "broken").mkdir()
+    (logdir / "broken" / "bad.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,,, oops')
+    if huge_bytes:
+        # Sparse: listed at its size (the warning is about size), costs no disk.
+        (logdir / "huge").mkdir()
+        with open(logdir / "huge" / "big.pt.trace.json", "wb") as f:
+            f.write(b'{"traceEvents": []}')
+            f.truncate(huge_bytes)
+    return logdir
+
+
+class TensorBoardServer:
+    """`python3 -m tensorboard.main` on a free port, as a user runs it."""
+
+    def __init__(self, logdir: Path, cache_dir: Path, log_path: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(self.port),
+               "--host", "127.0.0.1", "--load_fast=false", "--reload_interval", "0",
+               "--tb_reduce_cache_dir", str(cache_dir)]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def plugin_url(self, route: str) -> str:
+        return f"{self.base}/data/plugin/tb_reduce/{route}"
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"TensorBoard exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.plugin_url("runs"), timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"TensorBoard did not answer in {timeout:.0f} s:\n{self.log()}")
+
+    def get_json(self, route: str) -> tuple[int, object]:
+        try:
+            with urllib.request.urlopen(self.plugin_url(route), timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+# Counts the plot area's non-background pixels and distinct (4-bit quantised)
+# colours, from the canvas's own backing store.
+CANVAS_PIXELS_JS = """
+() => {
+  const tl = window.tbReduceDashboard.timeline;
+  const canvas = tl.canvas;
+  const x0 = Math.ceil(tl.gutter * tl.dpr), y0 = Math.ceil(30 * tl.dpr);
+  const w = canvas.width - x0, h = canvas.height - y0;
+  const data = canvas.getContext('2d').getImageData(x0, y0, w, h).data;
+  let ink = 0;
+  const colours = new Set();
+  for (let i = 0; i < data.length; i += 4) {
+    const r = data[i], g = data[i + 1], b = data[i + 2];
+    if (r < 240 || g < 240 || b < 240) {
+      ink += 1;
+      colours.add(((r >> 4) << 8) | ((g >> 4) << 4) | (b >> 4));
+    }
+  }
+  return {ink, total: w * h, colours: colours.size};
+}
+"""
+
+
+def dashboard_state(frame) -> dict:
+    """What a user would compare: the pickers and the visible window."""
+    return frame.evaluate("""() => {
+      const q = (id) => document.querySelector(`[data-testid=${id}]`);
+      const t = q('timeline');
+      return {run: q('run-select').value, host: q('host-select').value, level: q('level-select').value,
+              start: Number(t.dataset.startUs), end: Number(t.dataset.endUs)};
+    }""")
+
+
+def wait_loaded(frame, level: Optional[str] = None, timeout: float = 30000) -> None:
+    """Until the timeline holds a response (of `level`, if given) and nothing is loading."""
+    cond = "!!t && t.dataset.events !== undefined && t.dataset.loading === '0'"
+    if level is not None:
+        cond += f" && t.dataset.level === {json.dumps(level)}"
+    frame.wait_for_function(f"() => {{ const t = document.querySelector('[data-testid=timeline]'); return {cond}; }}",
+                            timeout=timeout)
