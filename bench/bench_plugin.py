@@ -247,7 +247,11 @@ def start_xprof_rs(binary: str, src: Path, work: Path) -> Server:
 
 
 def tb_path(route: str, run: str, host: str, level: str, window: Optional[Window]) -> str:
+    """`level` "2/noargs" asks as the dashboard does: level 2, args left out (`args=0`)."""
+    level, _, noargs = level.partition("/")
     q = {"run": run, "host": host, "level": level}
+    if noargs:
+        q["args"] = "0"
     if window is not None:
         q.update(start_us=f"{window[0]:.3f}", end_us=f"{window[1]:.3f}")
     return f"{TB_PREFIX}/{route}?{urllib.parse.urlencode(q)}"
@@ -347,7 +351,8 @@ class Setup:
     repeats: int
 
 
-TB_AUTO, TB_L2, RS = "tb-reduce auto", "tb-reduce level 2", "xprof-rs"
+TB_AUTO, TB_L2, RS = "tb-reduce dashboard", "tb-reduce level 2", "xprof-rs"
+DASH = "2/noargs"  # the dashboard's request: level 2 without args (details come from `event`)
 
 
 def interleaved(calls: list[tuple[str, Callable[[], Sample]]], i: int) -> list[tuple[str, Sample]]:
@@ -358,23 +363,23 @@ def interleaved(calls: list[tuple[str, Callable[[], Sample]]], i: int) -> list[t
 
 def cold_default(s: Setup, res: Results) -> Window:
     """First request of each server; returns the default view's window (the whole trace)."""
-    res.add("cold default view (1st request)", TB_AUTO, tb_request(s.tb.port, RUN, s.host, "auto", describe=True))
+    res.add("cold default view (1st request)", TB_AUTO, tb_request(s.tb.port, RUN, s.host, DASH, describe=True))
     if s.rs:
         res.add("cold default view (1st request)", RS, rs_request(s.rs.port, s.host, describe=True))
-    t0, t1 = tb_stats(s.tb.port, RUN, s.host, "auto", None)["window_us"]
+    t0, t1 = tb_stats(s.tb.port, RUN, s.host, DASH, None)["window_us"]
     return float(t0), float(t1)
 
 
 def warm_default(s: Setup, res: Results) -> None:
-    calls = [(TB_AUTO, lambda: tb_request(s.tb.port, RUN, s.host, "auto"))]
+    calls = [(TB_AUTO, lambda: tb_request(s.tb.port, RUN, s.host, DASH))]
     if s.rs:
         calls.append((RS, lambda: rs_request(s.rs.port, s.host)))
     for i in range(s.repeats):
         for name, sample in interleaved(calls, i):
             res.add("warm default view", name, sample)
-    tag = tb_etag(s.tb.port, RUN, s.host, "auto")
+    tag = tb_etag(s.tb.port, RUN, s.host, DASH)
     for _ in range(s.repeats):
-        res.add("warm default view, 304", TB_AUTO, tb_request(s.tb.port, RUN, s.host, "auto", etag=tag))
+        res.add("warm default view, 304", TB_AUTO, tb_request(s.tb.port, RUN, s.host, DASH, etag=tag))
 
 
 def make_windows(span: Window, n: int) -> list[tuple[str, Window]]:
@@ -390,7 +395,7 @@ def make_windows(span: Window, n: int) -> list[tuple[str, Window]]:
 
 
 def zoom_calls(s: Setup, window: Window, describe: bool) -> list[tuple[str, Callable[[], Sample]]]:
-    calls = [(TB_AUTO, lambda: tb_request(s.tb.port, RUN, s.host, "auto", window, describe)),
+    calls = [(TB_AUTO, lambda: tb_request(s.tb.port, RUN, s.host, DASH, window, describe)),
              (TB_L2, lambda: tb_request(s.tb.port, RUN, s.host, "2", window, describe))]
     if s.rs:
         calls.append((RS, lambda: rs_request(s.rs.port, s.host, window, describe)))
@@ -438,10 +443,10 @@ def memory_run(src: Path, work: Path, host: str, memory_mb: float, span: Window)
     try:
         m.baseline_rss_mb = tb.rss_mb()[0]
         for run in runs:
-            tb_request(tb.port, run, host, "auto")
+            tb_request(tb.port, run, host, DASH)
         t0, t1 = span
         w = (round(t0 + (t1 - t0) * 0.3, 3), round(t0 + (t1 - t0) * 0.31, 3))
-        m.back_zoom_s = tb_request(tb.port, "a", host, "auto", w).seconds
+        m.back_zoom_s = tb_request(tb.port, "a", host, DASH, w).seconds
         m.rss_mb, m.hwm_mb = tb.rss_mb()
     except (RuntimeError, OSError) as e:
         m.error = f"{e}; log: {tb.log_tail()}"
@@ -524,7 +529,7 @@ def verdict(label: str, value_ms: float, target_ms: float) -> None:
 
 
 def target_lines(res: Results) -> None:
-    verdict("warm default view, tb-reduce auto", p(res.get("warm default view", TB_AUTO), 0.5), TARGET_WARM_MS)
+    verdict("warm default view, tb-reduce dashboard", p(res.get("warm default view", TB_AUTO), 0.5), TARGET_WARM_MS)
     for name in (TB_AUTO, TB_L2):
         verdict(f"zoom, new window (1st request), {name}", p(res.get("zoom, new window (1st request)", name), 0.5),
                 TARGET_ZOOM_MS)
@@ -602,7 +607,7 @@ def measure_servers(src: Path, host: str, binary: Optional[str], work: Path, rep
         windows = make_windows(span, n_windows)
         zoom_first(s, res, windows)
         zoom_repeat(s, res, windows)
-        events = tb_stats(tb.port, RUN, host, "auto", None)["input"]["events"]
+        events = tb_stats(tb.port, RUN, host, DASH, None)["input"]["events"]
         print(f"\ninput: {events} events (tb-reduce's input.events); load average now {os.getloadavg()[0]:.2f}")
         snaps = [snapshot(tb, f"(--tb_reduce_memory_mb {DEFAULT_MEMORY_MB}, one run; "
                               f"TensorBoard alone before any trace request: VmRSS {tb_alone:.0f} MB)")]
