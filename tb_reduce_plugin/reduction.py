@@ -36,7 +36,15 @@ class Summaries:
     start: np.ndarray
     end: np.ndarray
     count: np.ndarray
-    top: list  # per summary: list of (name id, count)
+    # Summary k's most frequent names: top_name/top_count[top_offsets[k]:top_offsets[k + 1]].
+    top_offsets: np.ndarray
+    top_name: np.ndarray
+    top_count: np.ndarray
+
+    def top(self, k: int) -> list[tuple[int, int]]:
+        """(name id, count) pairs of summary k, most frequent first."""
+        a, b = int(self.top_offsets[k]), int(self.top_offsets[k + 1])
+        return list(zip(self.top_name[a:b].tolist(), self.top_count[a:b].tolist()))
 
     def __len__(self) -> int:
         return len(self.start)
@@ -62,10 +70,20 @@ class Plan:
 
 def _no_summaries() -> Summaries:
     z = np.zeros(0)
-    return Summaries(z.astype(np.int32), z, z, z.astype(np.int64), [])
+    return Summaries(z.astype(np.int32), z, z, z.astype(np.int64), np.zeros(1, dtype=np.int64),
+                     z.astype(np.int64), z.astype(np.int64))
 
 
 def default_window(t: EventTable) -> tuple[float, float]:
+    """The whole trace: first timestamp to last end. Cached per table."""
+    cached = getattr(t, "_default_window", None)
+    if cached is None:
+        cached = _default_window(t)
+        object.__setattr__(t, "_default_window", cached)
+    return cached
+
+
+def _default_window(t: EventTable) -> tuple[float, float]:
     ok = ~np.isnan(t.ts) & (t.ph != PH_M)
     if not ok.any():
         return 0.0, 1.0
@@ -107,15 +125,12 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
     if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
         raise TraceError(f"the window must have start_us < end_us (got {t0}, {t1})")
     sl = slices_of(t)
-    n = len(t)
-    has_ts = ~np.isnan(t.ts)
+    st = _static(t, sl)
+    has_ts = st.has_ts
     in_window = has_ts & (t.ts >= t0) & (t.ts <= t1)
     overlaps = (sl.start <= t1) & (sl.end >= t0)
 
-    keep = np.zeros(n, dtype=bool)
-    keep[t.ph == PH_M] = True
-    keep[sl.unpaired] = True
-    keep[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
+    keep = st.always.copy()
     if level == 0:
         whole = start_us is None and end_us is None
         keep[~has_ts] = True
@@ -130,18 +145,42 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, RESOLUTION[level])
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t))
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
     keep[_instant_keep(t, in_window, bk)] = True
     keep[_flow_keep(t, sl, kept_slice)] = True
-    handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
-    keep |= in_window & ~handled
+    keep |= in_window & ~st.handled
     counter_no_series = (t.ph == PH_C) & in_window
     counter_no_series[t.counter_event] = False
     keep |= counter_no_series
     return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
+
+
+@dataclass
+class _Static:
+    """What every plan of a table shares, whatever the level and window."""
+
+    has_ts: np.ndarray
+    always: np.ndarray  # kept at every level: M, unpaired B/E, untimed events (flows aside)
+    handled: np.ndarray  # phases with their own rule (the rest are kept when in the window)
+    slice_order: np.ndarray  # slices by (track, start, event)
+
+
+def _static(t: EventTable, sl: SliceTable) -> _Static:
+    cached = getattr(t, "_static", None)
+    if cached is None:
+        has_ts = ~np.isnan(t.ts)
+        always = np.zeros(len(t), dtype=bool)
+        always[t.ph == PH_M] = True
+        always[sl.unpaired] = True
+        always[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
+        handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
+        order = np.lexsort((sl.event, sl.start, sl.track))
+        cached = _Static(has_ts, always, handled, order)
+        object.__setattr__(t, "_static", cached)
+    return cached
 
 
 def name_rank(t: EventTable) -> np.ndarray:
@@ -160,16 +199,14 @@ def name_rank(t: EventTable) -> np.ndarray:
 
 
 def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
-                   rank: np.ndarray) -> tuple[np.ndarray, Summaries]:
+                   rank: np.ndarray, slice_order: np.ndarray) -> tuple[np.ndarray, Summaries]:
     """Keep big slices (and straddlers); fold the rest into summaries, track by track.
 
     Working one track at a time keeps the temporaries as small as the largest
     track instead of the whole trace (SPEC: memory bounded as traces grow).
     """
     kept = overlaps & (sl.dur >= bk.theta)
-    cand = np.flatnonzero(overlaps)
-    order = cand[np.lexsort((sl.event[cand], sl.start[cand], sl.track[cand]))]
-    del cand
+    order = slice_order[overlaps[slice_order]]  # the overlapping slices by (track, start, event)
     trk_sorted = sl.track[order]
     cuts = np.flatnonzero(trk_sorted[1:] != trk_sorted[:-1]) + 1
     del trk_sorted
@@ -206,28 +243,32 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         return kept, _no_summaries()
     group = np.concatenate([g for g, _ in members])
     names = np.concatenate([n for _, n in members])
+    top_offsets, top_name, top_count = _top_names(group, names, rank, ngroups)
     return kept, Summaries(
         track=np.concatenate(out_track),
         start=np.concatenate(out_start),
         end=np.concatenate(out_end),
         count=np.concatenate(out_count),
-        top=_top_names(group, names, rank, ngroups),
+        top_offsets=top_offsets,
+        top_name=top_name,
+        top_count=top_count,
     )
 
 
-def _top_names(group: np.ndarray, name: np.ndarray, rank: np.ndarray, ngroups: int) -> list:
-    """Per group, the most frequent names (ties by name order)."""
+def _top_names(group: np.ndarray, name: np.ndarray, rank: np.ndarray,
+               ngroups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group, the most frequent names (ties by name order), as flat arrays:
+    (offsets per group, name ids, counts)."""
     nn = int(name.max()) + 1
     combo, counts = np.unique(group.astype(np.int64) * nn + name, return_counts=True)
     g, nm = combo // nn, combo % nn
     order = np.lexsort((rank[nm], -counts, g))
     g, nm, counts = g[order], nm[order], counts[order]
-    rank = np.arange(len(g)) - np.searchsorted(g, g, "left")
-    sel = rank < TOP_NAMES
-    top: list = [[] for _ in range(ngroups)]
-    for gi, ni, ci in zip(g[sel].tolist(), nm[sel].tolist(), counts[sel].tolist()):
-        top[gi].append((ni, ci))
-    return top
+    pos = np.arange(len(g)) - np.searchsorted(g, g, "left")
+    sel = pos < TOP_NAMES
+    g, nm, counts = g[sel], nm[sel], counts[sel]
+    offsets = np.searchsorted(g, np.arange(ngroups + 1), "left")
+    return offsets, nm, counts.astype(np.int64)
 
 
 def _group_firsts(order: np.ndarray, cols: list) -> np.ndarray:

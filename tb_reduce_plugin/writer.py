@@ -102,17 +102,30 @@ def transform(raw: bytes, level: int) -> bytes:
 
 
 def summary_events(plan: Plan, tracks: list, names: list) -> list[bytes]:
+    """The summary slices as JSON, by string formatting: a zoomed window can hold
+    tens of thousands, and names and tracks repeat, so their JSON is made once.
+    Times are written by `repr`, the shortest text that reads back as the number."""
     s = plan.summaries
-    out = []
-    for trk, start, end, count, top in zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), s.top):
+    if not len(s):
+        return []
+    top_name, top_count = s.top_name.tolist(), s.top_count.tolist()
+    name_json = {n: dumps(names[n]).decode() for n in set(top_name)}
+    pairs = [f"[{name_json[n]},{c}]" for n, c in zip(top_name, top_count)]
+    offsets = s.top_offsets.tolist()
+    firsts = [top_name[a] for a in offsets[:-1]]
+    label_json = {n: dumps(_name(names[n])).decode()[:-1] for n in set(firsts)}  # without the closing quote
+    track_json = {}
+    for trk in set(s.track.tolist()):
         pid, tid = tracks[trk]
-        top_names = [[names[n], c] for n, c in top]
-        first = _name(top_names[0][0])
-        label = f"{first} (+{count - 1} more)" if count > 1 else first
-        out.append(dumps({
-            "ph": "X", "cat": SUMMARY_CAT, "name": label, "pid": pid, "tid": tid,
-            "ts": start, "dur": end - start, "args": {"count": count, "top": top_names},
-        }))
+        track_json[trk] = f'"pid":{dumps(pid).decode()},"tid":{dumps(tid).decode()}'
+    out = []
+    rows = zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), firsts, offsets, offsets[1:])
+    for trk, start, end, count, first, a, b in rows:
+        more = f' (+{count - 1} more)"' if count > 1 else '"'
+        out.append(
+            f'{{"ph":"X","cat":"{SUMMARY_CAT}","name":{label_json[first]}{more},{track_json[trk]},"ts":{start!r},'
+            f'"dur":{end - start!r},"args":{{"count":{count},"top":[{",".join(pairs[a:b])}]}}}}'.encode()
+        )
     return out
 
 
