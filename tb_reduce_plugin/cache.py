@@ -164,6 +164,14 @@ class MemoryLRU(Generic[T]):
                 _, (_, m) = self._items.popitem(last=False)
                 self._total -= m
 
+    def reserve(self, n: int) -> None:
+        """Evict least recently used values until `n` more bytes fit (or none is left):
+        called before building a value, so the old ones go before the peak, not after."""
+        with self._lock:
+            while self._items and self._total + n > self.max_bytes:
+                _, (_, m) = self._items.popitem(last=False)
+                self._total -= m
+
     def discard_where(self, predicate: Callable[[Hashable], bool]) -> None:
         with self._lock:
             for key in [k for k in self._items if predicate(k)]:

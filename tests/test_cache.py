@@ -268,3 +268,18 @@ def test_sequential_calls_compute_each_time() -> None:
     """SingleFlight shares work in flight; it is not a cache."""
     flight = SingleFlight()
     assert [flight.do("k", lambda i=i: i) for i in range(3)] == [0, 1, 2] and flight.computations == 3
+
+
+def test_reserving_room_evicts_the_least_recently_used_before_a_new_value_is_built() -> None:
+    """The index cache makes room before parsing a file, so the old index is gone
+    before the new one's peak, not after it."""
+    from tb_reduce_plugin.cache import MemoryLRU
+
+    lru: MemoryLRU[bytes] = MemoryLRU(100, len)
+    lru.put("a", b"x" * 40)
+    lru.put("b", b"x" * 40)
+    lru.get("a")  # b is now the least recently used
+    lru.reserve(30)
+    assert lru.get("b") is None and lru.get("a") is not None and lru.total_bytes == 40
+    lru.reserve(1000)  # more than the budget: everything goes
+    assert len(lru) == 0 and lru.total_bytes == 0
