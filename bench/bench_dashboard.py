@@ -76,7 +76,8 @@ def pick_host(server: TensorBoardServer, host: str | None) -> tuple[str, str, in
 
 def warm(server: TensorBoardServer, run: str, host: str, level: str) -> dict:
     """Compute and cache the reduction the page will ask for, as a server that has seen it once."""
-    q = urllib.parse.urlencode({"run": run, "host": host, "level": level})
+    # As the page asks: the timeline's requests leave args out (`args=0`).
+    q = urllib.parse.urlencode({"run": run, "host": host, "level": level, "args": "0"})
     t0 = time.perf_counter()
     with urllib.request.urlopen(server.plugin_url(f"trace?{q}"), timeout=600) as r:
         r.read()
@@ -95,7 +96,8 @@ def measure(browser, server: TensorBoardServer, run: str, host: str, level: str,
     page = context.new_page()
     cdp = context.new_cdp_session(page)
     cdp.send("Performance.enable")
-    q = urllib.parse.urlencode({"run": run, "host": host, "level": level})
+    # As the page asks: the timeline's requests leave args out (`args=0`).
+    q = urllib.parse.urlencode({"run": run, "host": host, "level": level, "args": "0"})
     page.goto(server.plugin_url(f"view?{q}"))
     page.wait_for_function("() => { const d = window.tbReduceDashboard; "
                            "return d && d.timeline.firstDataPaint !== null && d.inflight === null; }",
