@@ -177,10 +177,23 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
         always[sl.unpaired] = True
         always[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
         handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
-        order = np.lexsort((sl.event, sl.start, sl.track))
+        order = _track_start_order(sl)
         cached = _Static(has_ts, always, handled, order)
         object.__setattr__(t, "_static", cached)
     return cached
+
+
+def _track_start_order(sl: SliceTable) -> np.ndarray:
+    """Slices by (track, start, event); XSpace lines come sorted already, so check first."""
+    n = len(sl.track)
+    if n > 1:
+        trk, start, ev = sl.track, sl.start, sl.event
+        same = trk[1:] == trk[:-1]
+        ordered = (trk[1:] >= trk[:-1]) & (~same | (start[1:] > start[:-1])
+                                            | ((start[1:] == start[:-1]) & (ev[1:] > ev[:-1])))
+        if ordered.all():
+            return np.arange(n)
+    return np.lexsort((sl.event, sl.start, sl.track))
 
 
 def name_rank(t: EventTable) -> np.ndarray:
@@ -217,7 +230,7 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         s, e, k = sl.start[idx], sl.end[idx], kept[idx]
         while True:  # promote small slices that straddle a kept boundary, to a fixpoint
             bounds = np.unique(np.concatenate((s[k], e[k])))
-            straddle = ~k & (np.searchsorted(bounds, s, "right") < np.searchsorted(bounds, e, "left"))
+            straddle = ~k & _bound_between(bounds, s, e, open_interval=True)
             if not straddle.any():
                 break
             k |= straddle
@@ -230,7 +243,7 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         new = np.ones(len(small), dtype=bool)
         new[1:] = (ss[1:] >= prev_end) & (
             (bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)  # an idle bucket between
-            | (np.searchsorted(bounds, prev_end, "left") < np.searchsorted(bounds, ss[1:], "right"))  # a kept boundary
+            | _bound_between(bounds, prev_end, ss[1:], open_interval=False)  # a kept boundary
         )
         heads = np.flatnonzero(new)
         out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
@@ -253,6 +266,20 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         top_name=top_name,
         top_count=top_count,
     )
+
+
+def _bound_between(bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray, open_interval: bool) -> np.ndarray:
+    """Whether some value of sorted `bounds` lies in (lo, hi) (open) or [lo, hi] (closed).
+
+    One binary search per element: the first bound past `lo` (at or past it, when
+    closed), then one comparison with `hi`.
+    """
+    if len(bounds) == 0:
+        return np.zeros(len(lo), dtype=bool)
+    at = np.searchsorted(bounds, lo, "right" if open_interval else "left")
+    inside = at < len(bounds)
+    first = bounds[np.minimum(at, len(bounds) - 1)]
+    return inside & ((first < hi) if open_interval else (first <= hi))
 
 
 def _top_names(group: np.ndarray, name: np.ndarray, rank: np.ndarray,
