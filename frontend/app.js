@@ -343,10 +343,10 @@ class Dashboard {
     this.setStatus(`Level 0 of a ${formatBytes(host.bytes)} trace: waiting for your choice.`);
     this.showMessage(`${this.sel.host} is ${formatBytes(host.bytes)} (${host.format})`,
       'Level 0 sends every event to this tab, which may freeze or crash it. ' +
-      'auto (or level 2) keeps every slice you can see at this zoom and folds the rest into counted summaries; ' +
-      'zooming in brings the detail back.',
-      [['Use auto', () => this.setLevel('auto'), 'tbr-primary'],
-        ['Use level 2', () => this.setLevel('2')],
+      'Level 2 (the default) keeps every slice you can see at this zoom and folds the rest into counted summaries; ' +
+      'auto picks the least reduced level that fits a budget; zooming in brings the detail back.',
+      [['Use level 2', () => this.setLevel('2'), 'tbr-primary'],
+        ['Use auto', () => this.setLevel('auto')],
         ['Load level 0 anyway', () => {
           this.insisted.add(this.key());
           this.load(window);
