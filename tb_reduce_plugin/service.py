@@ -129,7 +129,7 @@ class TraceService:
                 idx = index_file(tf.path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
                                  store_dir=self.store_dir)
             except TraceError as exc:
-                raise RequestError(422, f"cannot read {os.path.basename(tf.path)}: {exc}") from None
+                raise RequestError(422, _naming(f"cannot read {os.path.basename(tf.path)}", exc, tf)) from None
             except MemoryError:
                 raise RequestError(413, f"{os.path.basename(tf.path)} is too large to read in this server's memory") from None
             self.indexes.put(key, idx)
@@ -161,7 +161,7 @@ class TraceService:
                 stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True, with_input_index=True,
                                      drop_args=drop_args)
             except TraceError as exc:
-                raise RequestError(422, f"cannot reduce {os.path.basename(tf.path)}: {exc}") from None
+                raise RequestError(422, _naming(f"cannot reduce {os.path.basename(tf.path)}", exc, tf)) from None
             stats["timings_s"]["request"] = time.perf_counter() - began
             stats["input"]["file"] = os.path.basename(tf.path)
             payload = _pack(stats, buf.getvalue())
@@ -177,6 +177,12 @@ class TraceService:
             return event_json(idx, i)
         except TraceError as exc:
             raise RequestError(404 if "no event" in str(exc) else 422, str(exc)) from None
+
+
+def _naming(prefix: str, exc: Exception, tf: TraceFile) -> str:
+    """The reason, prefixed with what failed unless the reason already names the file."""
+    reason = str(exc)
+    return reason if os.path.basename(tf.path) in reason else f"{prefix}: {reason}"
 
 
 def _pack(stats: dict, gz: bytes) -> bytes:
