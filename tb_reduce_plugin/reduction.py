@@ -41,11 +41,6 @@ class Summaries:
     top_name: np.ndarray
     top_count: np.ndarray
 
-    def top(self, k: int) -> list[tuple[int, int]]:
-        """(name id, count) pairs of summary k, most frequent first."""
-        a, b = int(self.top_offsets[k]), int(self.top_offsets[k + 1])
-        return list(zip(self.top_name[a:b].tolist(), self.top_count[a:b].tolist()))
-
     def __len__(self) -> int:
         return len(self.start)
 

@@ -246,8 +246,8 @@ class XSpaceTrace:
     meta_json: list[bytes]
     lines: list[_Line]
     line_first: np.ndarray
-    payload_bytes: int
     extra: dict = field(default_factory=dict)
+    _name_json: dict = field(default_factory=dict, repr=False)  # name id -> its JSON, made once
 
     def events(self, indices: np.ndarray, level: int, progress: Optional[Callable[[int, int], None]] = None,
                ) -> Iterator[list[bytes]]:
@@ -295,13 +295,6 @@ class XSpaceTrace:
                 js = names[name] = orjson.dumps(t.names[name]).decode()
             out.append(f'{head}{ts!r},"dur":{dur!r},"name":{js}}}'.encode())
         return out
-
-    @property
-    def _name_json(self) -> dict[int, str]:
-        cache = self.extra.get("name_json")
-        if cache is None:
-            cache = self.extra["name_json"] = {}
-        return cache
 
     def _event(self, line: _Line, i: int, k: int, level: int) -> bytes:
         t = self.table
@@ -607,7 +600,7 @@ def _build(g: _Gathered, base: str) -> XSpaceTrace:
         block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
     )
     metadata = {"displayTimeUnit": "ns", "xspace": g.space_info}
-    return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64), payload_bytes,
+    return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64),
                        extra={"planes": g.planes, "lines": len(lines), "file": base})
 
 
