@@ -13,7 +13,16 @@ other trace file belongs to the run named by its directory's path in the logdir
 (`.` for the logdir itself). The host is the file name without its trace suffix.
 
 Every (run, host) maps to a path found by the walk; requests name a (run, host)
-and never a path, so no query parameter can reach a file outside the logdir.
+and never a path, so no query parameter can reach a file outside the logdir. Each
+listed file keeps the device and inode the walk saw (`TraceFile.identity()`), so a
+reader can refuse a file swapped in after the walk (`sources.open_regular`).
+
+Names are shown as `errors.display_name` writes them: a control character or an
+undecodable byte in a file or directory name becomes `\\xNN`, so every run and host
+listed can be sent back as a request parameter (the plugin refuses control
+characters, and a browser cannot URL-encode a lone surrogate). Shown names stay
+unique: when two differ only by that escaping, the one that needed none keeps its
+name and the other gets `~2` (`~3`, …), in a fixed order.
 """
 
 from __future__ import annotations
@@ -25,6 +34,9 @@ import time
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Optional
+
+from .errors import TraceError, display_name
+from .sources import FileIdentity, open_regular
 
 # (suffix, format), most specific first; `.json(.gz)` files are checked by content.
 SUFFIXES = (
@@ -43,6 +55,8 @@ SNIFF_BYTES = 4096
 # Object-format files may put `traceEvents` after a long header (Kineto's `deviceProperties`
 # for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
 SCAN_BYTES = 1 << 20
+# Longest run or host name listed: what the plugin takes in a parameter (plugin.MAX_PARAM_CHARS).
+MAX_NAME_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -53,9 +67,16 @@ class TraceFile:
     format: str
     bytes: int
     mtime_ns: int
+    dev: int = 0
+    ino: int = 0
 
     def describe(self) -> dict:
         return {"host": self.host, "format": self.format, "bytes": self.bytes}
+
+    def identity(self) -> FileIdentity:
+        """The file the walk saw, for `TraceStream(expect=…)`: another one at the path
+        later (replaced, a symlink swapped in) is refused, not read."""
+        return FileIdentity(self.dev, self.ino, self.bytes, self.mtime_ns)
 
 
 def _content(f: BinaryIO, limit: int) -> Iterator[bytes]:
@@ -79,11 +100,16 @@ def _content(f: BinaryIO, limit: int) -> Iterator[bytes]:
             return
 
 
-def _looks_like_chrome_trace(path: str) -> bool:
+def _looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) -> bool:
     """A `.json(.gz)` file is a trace if its first bytes look like one, or, for an object,
-    if it has a `traceEvents` key in its first `SCAN_BYTES` (bounded)."""
+    if it has a `traceEvents` key in its first `SCAN_BYTES` (bounded).
+
+    Opened as every reader opens (`open_regular`): a FIFO or device swapped in since
+    the walk's `stat` (`expect`) is refused without blocking, not sniffed.
+    """
     try:
-        with open(path, "rb") as f:
+        f, _ = open_regular(path, expect=expect)
+        with f:
             chunks = _content(f, SCAN_BYTES)
             head = b""
             for chunk in chunks:
@@ -104,7 +130,7 @@ def _looks_like_chrome_trace(path: str) -> bool:
                 if b'"traceEvents"' in tail + chunk:
                     return True
                 tail = chunk[-16:]
-    except (OSError, zlib.error, EOFError, gzip.BadGzipFile):
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile, TraceError):
         return False
     return False
 
@@ -134,7 +160,7 @@ class Catalog:
         self._lock = threading.Lock()
         self._files: dict[tuple[str, str], TraceFile] = {}
         self._walked_at = float("-inf")
-        self._sniffed: dict[str, tuple[int, int, bool]] = {}  # path -> (size, mtime_ns, is a trace)
+        self._sniffed: dict[str, tuple[FileIdentity, bool]] = {}  # path -> (the version sniffed, is a trace)
         self.truncated = False
 
     def files(self) -> dict[tuple[str, str], TraceFile]:
@@ -143,6 +169,12 @@ class Catalog:
                 self._files = self._walk()
                 self._walked_at = time.monotonic()
             return self._files
+
+    def invalidate(self) -> None:
+        """Walk again on the next call, whatever the cache's age: for a reader that found
+        a listed file changed or gone (`FileChanged`), so the next answer is current."""
+        with self._lock:
+            self._walked_at = float("-inf")
 
     def runs(self) -> list[dict]:
         by_run: dict[str, list[TraceFile]] = {}
@@ -162,7 +194,7 @@ class Catalog:
             return {}
         visited = 0
         self.truncated = False
-        sniffed: dict[str, tuple[int, int, bool]] = {}
+        sniffed: dict[str, tuple[FileIdentity, bool]] = {}
         stack = [(self.logdir, 0)]
         while stack:
             directory, depth = stack.pop()
@@ -193,12 +225,13 @@ class Catalog:
                         continue  # a symlink out of the logdir
                     st = entry.stat()
                     if fmt == "chrome-json?":  # sniffed once per version of the file, not on every walk
+                        version = FileIdentity.from_stat(st)
                         seen = self._sniffed.get(entry.path)
-                        if seen is not None and seen[:2] == (st.st_size, st.st_mtime_ns):
-                            is_trace = seen[2]
+                        if seen is not None and seen[0] == version:
+                            is_trace = seen[1]
                         else:
-                            is_trace = _looks_like_chrome_trace(entry.path)
-                        sniffed[entry.path] = (st.st_size, st.st_mtime_ns, is_trace)
+                            is_trace = _looks_like_chrome_trace(entry.path, expect=version)
+                        sniffed[entry.path] = (version, is_trace)
                         if not is_trace:
                             continue
                         fmt = "chrome-json"
@@ -216,12 +249,49 @@ class Catalog:
     def _name_hosts(self, found: list) -> dict[tuple[str, str], TraceFile]:
         """Host = file stem; when two files of a run share it (JAX writes `vm.xplane.pb`
         and `vm.trace.json.gz` side by side), the XSpace keeps it and the others are
-        named by their whole file name."""
+        named by their whole file name. Then the names are made showable (see the
+        module docstring)."""
         found.sort(key=lambda r: (r[0], r[1], FORMAT_RANK[r[3]], r[2]))
-        out: dict[tuple[str, str], TraceFile] = {}
+        raw: dict[tuple[str, str], tuple[str, os.stat_result, str]] = {}
         for run, stem, name, fmt, st, path in found:
-            host = stem if (run, stem) not in out else name
-            if (run, host) in out:
+            host = stem if (run, stem) not in raw else name
+            if (run, host) in raw:
                 continue
-            out[(run, host)] = TraceFile(run, host, path, fmt, st.st_size, st.st_mtime_ns)
+            raw[(run, host)] = (fmt, st, path)
+        runs = _showable({run for run, _ in raw})
+        hosts_of: dict[str, set[str]] = {}
+        for run, host in raw:
+            hosts_of.setdefault(run, set()).add(host)
+        out: dict[tuple[str, str], TraceFile] = {}
+        for run, hosts in hosts_of.items():
+            shown_run = runs.get(run)
+            if shown_run is None:
+                continue
+            for host, shown_host in _showable(hosts).items():
+                fmt, st, path = raw[(run, host)]
+                out[(shown_run, shown_host)] = TraceFile(shown_run, shown_host, path, fmt, st.st_size,
+                                                         st.st_mtime_ns, st.st_dev, st.st_ino)
         return out
+
+
+def _showable(names: set[str]) -> dict[str, str]:
+    """Each name -> a unique shown name (`display_name`, then `~2`, `~3`, … on a clash).
+
+    Names that need no escaping are placed first, so a plain name always means its
+    own file, whatever odd names appear beside it; the others follow in code point
+    order, so the same set of names always gets the same shown names. A name longer
+    than `MAX_NAME_CHARS` once shown could never be asked for, so it is left out.
+    """
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in sorted(names, key=lambda n: (display_name(n) != n, n)):
+        base = display_name(name)
+        shown, k = base, 1
+        while shown in taken:
+            k += 1
+            shown = f"{base}~{k}"
+        if len(shown) > MAX_NAME_CHARS:
+            continue
+        taken.add(shown)
+        out[name] = shown
+    return out

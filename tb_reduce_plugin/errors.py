@@ -11,3 +11,70 @@ class TraceError(ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+# Errors about *which* file is read, not about its content: each asks for a different
+# answer from a server (the service maps them to HTTP statuses), so each is its own type.
+
+
+class NotRegularFile(TraceError):
+    """The path is a FIFO, device, directory or socket: reading one can block forever
+    (a FIFO with no writer), never end (/dev/zero) or make no sense, so it is refused
+    before a byte is read."""
+
+
+class FileChanged(TraceError):
+    """The file is not the one that was listed or indexed (replaced, swapped for a
+    symlink, truncated): what was found must be what is read, so the caller refreshes
+    its listing instead of serving another file's bytes."""
+
+
+class InputTooLarge(TraceError):
+    """The file, as opened (its `fstat`, not an older listing), is over the input limit."""
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
+class InflationLimit(TraceError):
+    """A gzip inflates past the absolute limit or far past what real traces compress to
+    (a gzip bomb); refused while inflating, before the excess exists in memory."""
+
+    def __init__(self, message: str, limit: int = 0) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+def _needs_escape(c: str) -> bool:
+    """A control character (C0, DEL, C1) or a lone surrogate (an undecodable byte)."""
+    code = ord(c)
+    return code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF
+
+
+def display_name(name: str) -> str:
+    """`name` as listings and messages show it: no control characters, valid UTF-8.
+
+    File names may hold control characters (which the plugin refuses in parameters and
+    which break one-line messages) and, on POSIX, bytes that are not UTF-8 (Python gives
+    them as lone surrogates, which JSON-to-browser and `encodeURIComponent` cannot
+    carry). Each such byte or character is written as `\\xNN` (`\\uNNNN` for a
+    surrogate that is not an undecodable byte), so the name stays readable and tells
+    what is there. Everything else is kept, other scripts, emoji and unusual spaces
+    included: they are valid names that a browser sends back as they are. Not
+    reversible (a name that holds a literal `\\x0a` looks the same), so listings keep
+    their own mapping from shown names to paths and make the shown names unique.
+    """
+    if not any(_needs_escape(c) for c in name):
+        return name
+    out = []
+    for c in name:
+        if not _needs_escape(c):
+            out.append(c)
+            continue
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as `surrogateescape` gives it
+            code -= 0xDC00
+        out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+    return "".join(out)

@@ -1,53 +1,190 @@
 """Opening input files as streams of decompressed bytes, with bounded memory.
 
 Gzip is detected by its magic number, not the file name, and inflated in a stream
-with ISA-L (`isal.igzip`, 3× stdlib gzip). Inflation is capped so a gzip bomb is
-refused instead of filling the disk or memory of the user's server.
+with ISA-L (`isal.igzip`, 3× stdlib gzip). Inflation is capped, absolutely and
+relative to the file's size, so a gzip bomb is refused instead of filling the disk or
+memory of the user's server.
+
+What is read is exactly what was found: `open_regular` opens without blocking (a
+FIFO with no writer would hang the opener forever), then checks with `fstat` on the
+open descriptor, which no later rename or symlink swap can change, that it is a
+regular file, the one a listing saw (device and inode), and under the size limit.
+Only as many bytes as `fstat` reported are read, so a file that grows while it is
+read is read as it was when opened, consistent with the identity recorded for it.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 import zlib
+from dataclasses import dataclass
 from typing import BinaryIO, Callable, Optional
 
 from isal import igzip, isal_zlib
 
-from .errors import TraceError
+from .errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError, display_name
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no FIFO can block an open there, nothing to clear
+    fcntl = None  # type: ignore[assignment]
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_MAX_INFLATED_BYTES = 64 * 1024**3
+# Real traces inflate at most ~30x (the corpus's gzips: 9x-30x; synthetic Kineto ~11x),
+# while a gzip of zeros inflates ~1000x: 100x leaves real traces a 3x margin.
+DEFAULT_MAX_RATIO = 100.0
+# Below this, a gzip is never refused for its ratio: tiny files of repetitive JSON
+# (tests, hand-written traces) compress far better than real ones, and 16 MB is harmless.
+DEFAULT_RATIO_FLOOR = 16 * 1024 * 1024
 READ_SIZE = 16 * 1024 * 1024
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+# Non-blocking (a FIFO opens at once, to be refused by `fstat`), not inherited, never a
+# controlling terminal; binary where the OS knows text mode. Flags an OS lacks are 0.
+OPEN_FLAGS = (os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+              | getattr(os, "O_BINARY", 0))
 
 Progress = Callable[[int, int], None]
 
 
-class CountingReader(io.RawIOBase):
-    """Counts the compressed bytes consumed, for progress bars."""
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which file, and which version of it: what a listing saw or an index was built from.
 
-    def __init__(self, raw: BinaryIO, progress: Optional[Progress], total: int) -> None:
+    `dev` and `ino` name the file itself (a rename keeps them, a replacement or a
+    symlink to elsewhere does not); `size` and `mtime_ns` say which version.
+    """
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def from_stat(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether `st` is of this file (any version of it)."""
+        return (st.st_dev, st.st_ino) == (self.dev, self.ino)
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a plain file"
+
+
+def _check(name: str, st: os.stat_result, expect: Optional[FileIdentity], max_file_bytes: Optional[int]) -> None:
+    """Raise the domain error `st` calls for; the same checks before and after opening.
+
+    With `expect`, anything but the listed regular file is `FileChanged`: a listed file
+    replaced by a FIFO is above all not the listed file (and a new FIFO may even reuse
+    its inode number), so the caller refreshes its listing, which will not list a FIFO.
+    """
+    if expect is not None and not expect.same_file(st):
+        raise FileChanged(f"{name} changed since it was listed (another file is there now)")
+    if not stat.S_ISREG(st.st_mode):
+        if expect is not None:
+            raise FileChanged(f"{name} changed since it was listed (it is now {_kind(st.st_mode)})")
+        raise NotRegularFile(f"{name} is not a regular file ({_kind(st.st_mode)})")
+    if max_file_bytes is not None and st.st_size > max_file_bytes:
+        raise InputTooLarge(f"{name} is {st.st_size:,} bytes, over the input limit of {max_file_bytes:,} bytes",
+                            size=st.st_size, limit=max_file_bytes)
+
+
+def open_regular(
+    path: str | os.PathLike,
+    *,
+    expect: Optional[FileIdentity] = None,
+    max_file_bytes: Optional[int] = None,
+) -> tuple[BinaryIO, os.stat_result]:
+    """Open `path` for reading if, and only if, it is a regular file; returns it unbuffered
+    with its `fstat`.
+
+    `expect`: the identity a listing recorded; another file at the path now (replaced,
+    swapped for a symlink elsewhere, deleted, not a regular file any more) raises
+    `FileChanged`. Device and inode cannot tell a file deleted and recreated at once
+    from the listed one when the new file reuses the inode number: that one is read,
+    as a regular file at the listed path (nothing outside the logdir). `max_file_bytes`:
+    checked on the `fstat` size, not a listing's older one (`InputTooLarge`). A FIFO,
+    device, directory or socket raises `NotRegularFile`, without blocking.
+
+    The path is `stat`ed first, so the common refusals never open a device (opening
+    some has effects); the `fstat` of the open descriptor is what decides, since the
+    path may be swapped between the two.
+    """
+    path = os.fspath(path)
+    name = display_name(os.path.basename(path.rstrip(os.sep)) or path)
+    try:
+        _check(name, os.stat(path), expect, max_file_bytes)
+        fd = os.open(path, OPEN_FLAGS)
+    except FileNotFoundError:
+        if expect is not None:
+            raise FileChanged(f"{name} changed since it was listed (it is gone)") from None
+        raise TraceError(f"cannot open {name}: no such file") from None
+    except OSError as exc:
+        # The file's name, not its path: the message may reach a web page.
+        raise TraceError(f"cannot open {name}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        _check(name, st, expect, max_file_bytes)
+        if fcntl is not None and _NONBLOCK:
+            # Regular files ignore O_NONBLOCK on Linux, but leave no surprise for other systems.
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_NONBLOCK)
+        return os.fdopen(fd, "rb", buffering=0), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class BoundedReader(io.RawIOBase):
+    """Reads at most `limit` bytes of `raw` and counts them, for progress bars.
+
+    The limit is the size `fstat` gave when the file was opened: bytes appended later
+    are not read, so what is indexed is the file as it was identified.
+    """
+
+    def __init__(self, raw: BinaryIO, limit: int, progress: Optional[Progress] = None) -> None:
         self._raw = raw
+        self._limit = limit
         self._progress = progress
-        self._total = total
         self.consumed = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:  # type: ignore[override]
-        n = self._raw.readinto(buf)
+        left = self._limit - self.consumed
+        if left <= 0:
+            return 0
+        view = memoryview(buf).cast("B")
+        n = self._raw.readinto(view[:left] if len(view) > left else view)  # type: ignore[attr-defined]
         if n:
             self.consumed += n
             if self._progress is not None:
-                self._progress(self.consumed, self._total)
+                self._progress(self.consumed, self._limit)
         return n or 0
 
 
 class TraceStream:
-    """A file's decompressed bytes, read in large blocks.
+    """A file's decompressed bytes, read in blocks of at most `READ_SIZE`.
 
-    `read()` raises `TraceError` for corrupt gzip and for inflation past the limit.
+    Opened with `open_regular` (see there for `expect` and `max_file_bytes`);
+    `identity` is the file as opened, and at most `identity.size` raw bytes are read.
+    `read_bytes` reads only that many raw bytes: a later pass over a file indexed
+    earlier reads what was indexed, even if the file grew since (a live writer); a
+    file now shorter than that raises `FileChanged`.
+
+    A gzip may inflate to `max_inflated_bytes`, and to at most `max_ratio` times its
+    size (not below `DEFAULT_RATIO_FLOOR`; `None`: no ratio limit). Both are checked
+    while inflating: no read inflates past the limit by more than one byte.
+
+    `read()` raises `TraceError` for corrupt gzip and `InflationLimit` past a limit.
     """
 
     def __init__(
@@ -55,21 +192,42 @@ class TraceStream:
         path: str | os.PathLike,
         max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
         progress: Optional[Progress] = None,
+        *,
+        expect: Optional[FileIdentity] = None,
+        max_file_bytes: Optional[int] = None,
+        max_ratio: Optional[float] = DEFAULT_MAX_RATIO,
+        read_bytes: Optional[int] = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.name = display_name(os.path.basename(self.path))
+        self._file, st = open_regular(self.path, expect=expect, max_file_bytes=max_file_bytes)
         try:
-            self._file = open(self.path, "rb")
+            size = st.st_size
+            if read_bytes is not None:
+                if size < read_bytes:
+                    raise FileChanged(f"{self.name} changed since it was read ({read_bytes:,} bytes then, {size:,} now)")
+                size = read_bytes
+            self.identity = FileIdentity(st.st_dev, st.st_ino, size, st.st_mtime_ns)
+            self.file_bytes = size
+            head = self._file.read(min(2, size))
+            self._file.seek(0)
         except OSError as exc:
-            # The file's name, not its path: the message may reach a web page.
-            raise TraceError(f"cannot open {os.path.basename(self.path)}: {exc.strerror or exc}") from None
-        self.file_bytes = os.fstat(self._file.fileno()).st_size
-        head = self._file.read(2)
-        self._file.seek(0)
+            self._file.close()
+            raise TraceError(f"read error in {self.name}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._file.close()
+            raise
         self.compressed = head == GZIP_MAGIC
-        self._counter = CountingReader(self._file, progress, self.file_bytes)
+        self._counter = BoundedReader(self._file, size, progress)
         buffered = io.BufferedReader(self._counter, buffer_size=1024 * 1024)
         self._inner: BinaryIO = igzip.IGzipFile(fileobj=buffered, mode="rb") if self.compressed else buffered
         self.max_inflated_bytes = max_inflated_bytes
+        self.max_ratio = max_ratio
+        # The ratio limit only matters for gzip: a plain file "inflates" to its own size.
+        self.ratio_limit: Optional[int] = None
+        if self.compressed and max_ratio is not None:
+            self.ratio_limit = max(DEFAULT_RATIO_FLOOR, int(max_ratio * size))
+        self.inflation_limit = min(max_inflated_bytes, self.ratio_limit or max_inflated_bytes)
         self.inflated = 0
         self._head: bytes | None = None
 
@@ -80,24 +238,43 @@ class TraceStream:
         return self._head
 
     def read(self, size: int = READ_SIZE) -> bytes:
+        """Up to `size` (at most `READ_SIZE`) decompressed bytes; b"" at the end.
+
+        Never more than one block at once, whatever is asked: memory for inflation
+        stays bounded by one block, and the limits are checked every block.
+        """
+        size = READ_SIZE if size < 0 else min(size, READ_SIZE)
         if self._head:
             head, self._head = self._head, b""
             return head + self._read_raw(max(0, size - len(head)))
         return self._read_raw(size)
 
     def _read_raw(self, size: int) -> bytes:
+        # Ask for at most one byte past the limit: crossing it is seen at once,
+        # without inflating the excess.
+        size = min(size, max(self.inflation_limit - self.inflated, 0) + 1)
         try:
             data = self._inner.read(size)
         except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
             kind = "corrupt or truncated gzip" if self.compressed else "read error"
-            raise TraceError(f"{kind} in {os.path.basename(self.path)}: {exc}") from None
+            raise TraceError(f"{kind} in {self.name}: {exc}") from None
         self.inflated += len(data)
-        if self.inflated > self.max_inflated_bytes:
-            raise TraceError(
-                f"{os.path.basename(self.path)} inflates past the limit of "
-                f"{self.max_inflated_bytes:,} bytes; raise the limit if this is intended"
-            )
+        if self.inflated > self.inflation_limit:
+            raise self._limit_error()
         return data
+
+    def _limit_error(self) -> InflationLimit:
+        if self.ratio_limit is not None and self.ratio_limit < self.max_inflated_bytes:
+            return InflationLimit(
+                f"{self.name} inflates to more than {self.max_ratio:g}x its size of {self.file_bytes:,} bytes "
+                f"(past {self.ratio_limit:,} bytes; real traces inflate at most ~30x): refused as a gzip bomb",
+                limit=self.ratio_limit,
+            )
+        return InflationLimit(
+            f"{self.name} inflates past the limit of {self.max_inflated_bytes:,} bytes; "
+            "raise the limit if this is intended",
+            limit=self.max_inflated_bytes,
+        )
 
     def close(self) -> None:
         self._file.close()

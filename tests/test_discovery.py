@@ -7,6 +7,8 @@ import gzip
 import json
 import os
 import shutil
+import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,16 @@ from plugin_support import (
     TORCH_RUN,
     add_jax_run,
     add_torch_run,
+    body_json,
+    client,
+    get,
+    make_plugin,
     require_corpus,
 )
 
-from tb_reduce_plugin import discovery
+from tb_reduce_plugin import discovery, plugin
 from tb_reduce_plugin.discovery import Catalog
+from tb_reduce_plugin.sources import FileIdentity
 
 # A small, valid Chrome trace (Object format), as `torch.profiler.export_chrome_trace` or a
 # hand-written tool would write it.
@@ -136,7 +143,7 @@ def test_a_json_file_is_sniffed_once_per_version_not_on_every_walk(logdir: Path,
     (logdir / "config.json").write_text(json.dumps({"lr": 0.1}))
     sniffed: list[str] = []
     real = discovery._looks_like_chrome_trace
-    monkeypatch.setattr(discovery, "_looks_like_chrome_trace", lambda p: sniffed.append(os.path.basename(p)) or real(p))
+    monkeypatch.setattr(discovery, "_looks_like_chrome_trace", lambda p, **k: sniffed.append(os.path.basename(p)) or real(p, **k))
     catalog = Catalog(str(logdir), max_age_s=0)
     for _ in range(3):
         assert set(catalog.files()) == {(".", "trace")}
@@ -251,3 +258,157 @@ def test_runs_are_sorted_and_find_names_a_file_inside_the_logdir(logdir: Path) -
     tf = catalog.find(TORCH_RUN, TORCH_HOST)
     assert tf is not None and Path(tf.path).resolve().is_relative_to(logdir.resolve())
     assert catalog.find(TORCH_RUN, "nope") is None and catalog.find("../" + TORCH_RUN, TORCH_HOST) is None
+
+
+def test_each_listed_file_carries_the_identity_the_walk_saw(logdir: Path) -> None:
+    path = add_torch_run(logdir)
+    (logdir / "alias").mkdir()
+    (logdir / "alias" / "w.pt.trace.json.gz").symlink_to(path)
+    found = Catalog(str(logdir)).files()
+    for key in ((TORCH_RUN, TORCH_HOST), ("alias", "w")):
+        assert found[key].identity() == FileIdentity.from_stat(path.stat())  # a symlink names its target
+
+
+def test_invalidate_makes_the_next_call_walk_again_whatever_the_cache_age(logdir: Path) -> None:
+    catalog = Catalog(str(logdir), max_age_s=3600)
+    assert catalog.files() == {}
+    add_torch_run(logdir)
+    assert catalog.files() == {}
+    catalog.invalidate()
+    assert set(catalog.files()) == {(TORCH_RUN, TORCH_HOST)}
+
+
+def test_sniffing_a_fifo_or_a_swapped_file_answers_no_without_blocking(logdir: Path) -> None:
+    """The walk `stat`s, then sniffs `.json` files: what is sniffed must be what was
+    `stat`ed, and a FIFO swapped in between must not block the walk."""
+    fifo = logdir / "pipe.json"
+    os.mkfifo(fifo)
+    trace = logdir / "trace.json"
+    trace.write_text(json.dumps(CHROME_DOC))
+    other = logdir / "other.json"
+    other.write_text(json.dumps(CHROME_DOC))
+    answers: list[bool] = []
+
+    def sniff() -> None:
+        answers.append(discovery._looks_like_chrome_trace(str(fifo)))
+        answers.append(discovery._looks_like_chrome_trace(str(fifo), expect=FileIdentity.from_stat(fifo.stat())))
+        answers.append(discovery._looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(other.stat())))
+        answers.append(discovery._looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(trace.stat())))
+
+    t = threading.Thread(target=sniff, daemon=True)
+    t.start()
+    t.join(30)  # a hang detector, not a speed limit
+    if t.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release it
+        pytest.fail("sniffing a FIFO blocked")
+    assert answers == [False, False, False, True]
+
+
+# Names that the OS allows and a URL parameter cannot carry as they are.
+ODD_NAMES = {
+    b"line\nbreak": "line\\x0abreak",
+    b"tab\tbed": "tab\\x09bed",
+    b"carriage\rreturn": "carriage\\x0dreturn",
+    b"del\x7fete": "del\\x7fete",
+    b"latin1-\xff\xfe": "latin1-\\xff\\xfe",  # not UTF-8: Python gives lone surrogates
+    b"c1-\xc2\x85": "c1-\\x85",  # U+0085, a C1 control (a line break to `str.splitlines`)
+    b"caf\xc3\xa9": "caf\u00e9",  # valid UTF-8 stays as it is
+    b"nb\xc2\xa0sp": "nb\u00a0sp",  # unusual spaces too: a browser sends them back as they are
+}
+
+
+def make_file(directory: bytes, name: bytes, data: bytes) -> bytes:
+    path = os.path.join(directory, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
+
+
+def assert_requestable(name: str) -> None:
+    """What the plugin takes as a parameter and a browser can URL-encode and show."""
+    name.encode("utf-8")  # strict: no lone surrogates
+    assert len(name) <= plugin.MAX_PARAM_CHARS
+    assert not any(unicodedata.category(c) in ("Cc", "Cs") for c in name)  # C0, DEL, C1, surrogates
+    assert json.loads(json.dumps(name, ensure_ascii=False)) == name
+
+
+def test_hosts_and_runs_with_control_characters_or_undecodable_bytes_are_listed_so_they_can_be_asked_for(
+    logdir: Path,
+) -> None:
+    doc = json.dumps(CHROME_DOC).encode()
+    root = os.fsencode(logdir)
+    plain = os.path.join(root, b"plain")
+    os.mkdir(plain)
+    made: dict[bytes, tuple[str, str]] = {}  # file -> the (run, host) it must be listed as
+    for raw, shown in ODD_NAMES.items():
+        made[make_file(plain, raw + b".pt.trace.json", doc)] = ("plain", shown)
+        made[make_file(plain, b"j-" + raw + b".json", doc)] = ("plain", "j-" + shown)  # sniffed by content
+        run_dir = os.path.join(root, b"run-" + raw)
+        os.mkdir(run_dir)
+        made[make_file(run_dir, b"host-" + raw + b".pt.trace.json", doc)] = ("run-" + shown, "host-" + shown)
+    catalog = Catalog(str(logdir))
+    listed = catalog.runs()
+    for run in listed:
+        assert_requestable(run["run"])
+        for h in run["hosts"]:
+            assert_requestable(h["host"])
+    assert {(r["run"], h["host"]) for r in listed for h in r["hosts"]} == set(made.values())
+    for path, (run, host) in made.items():
+        tf = catalog.find(run, host)
+        assert tf is not None and os.fsencode(tf.path) == path
+
+
+def test_a_shown_name_that_clashes_with_a_real_one_gets_a_suffix_and_the_real_one_keeps_its_name(
+    logdir: Path, tmp_path: Path
+) -> None:
+    doc = json.dumps(CHROME_DOC).encode()
+
+    def build(root: Path, order: int) -> dict[tuple[str, str], bytes]:
+        root.mkdir(exist_ok=True)
+        base = os.fsencode(root)
+        files = [
+            (b"r", b"h\n1.pt.trace.json"), (b"r", b"h\\x0a1.pt.trace.json"), (b"r", b"h\\x0a1~2.pt.trace.json"),
+            (b"a\tb", b"x.pt.trace.json"), (b"a\\x09b", b"x.pt.trace.json"),
+        ]
+        for run, name in files[::order]:
+            os.makedirs(os.path.join(base, run), exist_ok=True)
+            make_file(os.path.join(base, run), name, doc)
+        return {k: os.fsencode(os.path.relpath(f.path, root)) for k, f in Catalog(str(root)).files().items()}
+
+    found = build(logdir, 1)
+    assert found == {
+        ("r", "h\\x0a1"): b"r/h\\x0a1.pt.trace.json",  # the name that needed no escaping keeps it
+        ("r", "h\\x0a1~2"): b"r/h\\x0a1~2.pt.trace.json",
+        ("r", "h\\x0a1~3"): b"r/h\n1.pt.trace.json",  # the escaped one takes the first free suffix
+        ("a\\x09b", "x"): b"a\\x09b/x.pt.trace.json",
+        ("a\\x09b~2", "x"): b"a\tb/x.pt.trace.json",
+    }
+    assert build(tmp_path / "again", -1) == found  # the same files, made in another order: the same names
+
+
+def test_a_name_too_long_to_ask_for_once_shown_is_not_listed(logdir: Path) -> None:
+    deep = os.path.join(os.fsencode(logdir), *[b"\x01" * 255] * 5)  # 5 x 255 bytes, each shown as 4 characters
+    os.makedirs(deep)
+    make_file(deep, b"t.pt.trace.json", json.dumps(CHROME_DOC).encode())
+    (logdir / "ok").mkdir()
+    (logdir / "ok" / "t.pt.trace.json").write_text(json.dumps(CHROME_DOC))
+    assert discovery.MAX_NAME_CHARS <= plugin.MAX_PARAM_CHARS
+    assert set(Catalog(str(logdir)).files()) == {("ok", "t")}
+
+
+def test_every_host_the_runs_route_lists_can_be_opened_through_the_plugin(logdir: Path, tmp_path: Path) -> None:
+    doc = json.dumps(CHROME_DOC).encode()
+    root = os.fsencode(logdir)
+    for raw in ODD_NAMES:
+        run_dir = os.path.join(root, b"run-" + raw)
+        os.mkdir(run_dir)
+        make_file(run_dir, raw + b".pt.trace.json", doc)
+    c = client(make_plugin(logdir, tmp_path / "cache"))
+    runs = body_json(get(c, "runs"))
+    pairs = [(r["run"], h["host"]) for r in runs for h in r["hosts"]]
+    assert len(pairs) == len(ODD_NAMES)
+    for run, host in pairs:
+        resp = get(c, "stats", run=run, host=host, level=0)
+        assert resp.status_code == 200, (run, host, resp.get_data()[:200])
+        assert body_json(resp)["input"]["events"] == len(CHROME_DOC["traceEvents"])
