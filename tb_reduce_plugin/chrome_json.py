@@ -11,10 +11,16 @@ that decodes is, by construction of JSON from a true event start, cut at a true
 event end, and a candidate inside a string or a nested object fails to decode, so we
 try the previous candidate. Top-level keys other than `traceEvents` are parsed with
 the stdlib decoder; they are small in every real trace.
+
+Undecodable text (invalid UTF-8, escapes of lone surrogates), which msgspec refuses,
+would fail every cut after it: a block that fails is checked once, and decoded again
+with it replaced by U+FFFD (`_sanitize`, the rule of `model.clean_json_text`). Runs
+of whitespace and commas are skipped by regex, in C, however long.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -27,8 +33,9 @@ import msgspec
 import numpy as np
 from isal import isal_zlib
 
-from .errors import TraceError
-from .sources import READ_SIZE, TraceStream
+from .errors import FileChanged, TraceError
+from .model import clean_json_text
+from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
 
 T = TypeVar("T")
 Decode = Callable[[bytes], List[T]]
@@ -36,9 +43,39 @@ Decode = Callable[[bytes], List[T]]
 _WS = b" \t\r\n"
 _EVENT_END = re.compile(rb"\}[ \t\r\n]*(?:,[ \t\r\n]*\{|\])")
 _FINAL_END = re.compile(rb"\}[ \t\r\n,]*\Z")
+_SEPARATORS = re.compile(rb"[ \t\r\n,]*")
+_SEPARATORS_TEXT = re.compile(r"[ \t\r\n,]*")
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
 _MAX_TOP_LEVEL_VALUE = 512 * 1024 * 1024
+# Cut points are searched from the end of the buffer in windows growing to 1 MB: the
+# last event end is usually in the last few kB, and a small first window keeps a
+# block of one event (hostile files) from costing a 1 MB scan per event.
+_FIRST_WINDOW = 16 * 1024
 _SEARCH_WINDOW = 1024 * 1024
 _TRIES_PER_BLOCK = 16
+_NEAR_END = 32
+_RUNS: dict[bytes, re.Pattern] = {}
+
+
+def _run_of(skip: bytes) -> re.Pattern:
+    """A compiled match for a run of bytes in `skip` (cached per set): whitespace runs
+    of any length are skipped in C (~3 ns a byte; a search for the first byte not in
+    the set is 2-3x slower in `re`), not byte by byte in Python."""
+    pattern = _RUNS.get(skip)
+    if pattern is None:
+        pattern = _RUNS[skip] = re.compile(b"[" + b"".join(b"\\x%02x" % c for c in sorted(set(skip))) + b"]*")
+    return pattern
+
+
+DECODED_BYTES_PER_BRACE = 288
+
+
+def block_size_for(memory_bytes: Optional[int]) -> int:
+    """Read blocks of 16 MB, smaller under a small memory budget: a block of tiny events
+    decodes to ~4x its size in Python objects, and a few blocks are alive at once."""
+    if not memory_bytes:
+        return READ_SIZE
+    return int(min(READ_SIZE, max(1 << 20, memory_bytes // 24)))
 
 
 class ChromeJsonReader:
@@ -49,12 +86,18 @@ class ChromeJsonReader:
     file ended before its event array did (a live writer that died).
     """
 
-    def __init__(self, stream: TraceStream, block_size: int = READ_SIZE) -> None:
+    def __init__(self, stream: TraceStream, block_size: int = READ_SIZE, account: Any = None) -> None:
+        # Charged for the buffer (twice its size: it is copied when it grows) and, while a
+        # block is decoded and used, for its decoded events (see `budget`).
+        self._account = account
+        self._buffer_charge = 0
         self._stream = stream
         self._block = block_size
         self._buf = bytearray()
         self._pos = 0
         self._eof = False
+        self._checked = False  # the unread buffer holds no undecodable text (see `_sanitize`)
+        self._last_hits: Optional[tuple[int, int, list[int]]] = None  # cut points of the buffer's last window
         self.container: Optional[str] = None
         self.metadata: dict[str, Any] = {}
         self.truncated = False
@@ -63,6 +106,7 @@ class ChromeJsonReader:
     def _fill(self, want: int) -> bool:
         """Ensure at least `want` unread bytes (or EOF); return False when none left."""
         while len(self._buf) - self._pos < want and not self._eof:
+            self._checked, self._last_hits = False, None  # a new buffer follows
             chunk = self._stream.read(max(self._block, want))
             if not chunk:
                 self._eof = True
@@ -73,23 +117,35 @@ class ChromeJsonReader:
                 break
             # Keep one byte before the cursor: `_decode_block` writes "[" there.
             keep = max(self._pos - 1, 0)
+            self._charge_buffer(2 * (len(self._buf) - keep + len(chunk)))
             buf = bytearray(memoryview(self._buf)[keep:])
             buf += chunk
             self._buf = buf
             self._pos -= keep
         return len(self._buf) - self._pos > (1 if self._eof else 0)
 
+    def _charge_buffer(self, n: int) -> None:
+        """Hold `n` bytes for the buffer from now on (more when it grows, less when it shrinks)."""
+        if self._account is None or n == self._buffer_charge:
+            return
+        if n > self._buffer_charge:
+            self._account.charge(n - self._buffer_charge, "reading the trace (one event bigger than the rest?)")
+        else:
+            self._account.release(self._buffer_charge - n)
+        self._buffer_charge = n
+
     def _skip_ws(self, extra: bytes = b"") -> Optional[int]:
-        """Skip whitespace (and `extra` bytes); return the next byte or None at EOF."""
-        skip = _WS + extra
+        """Skip whitespace (and `extra` bytes); return the next byte or None at EOF.
+
+        One regex match per buffer: 100 MB of spaces cost what reading them does.
+        """
+        run = _run_of(_WS + extra)
         while True:
             if not self._fill(1):
                 return None
-            buf, pos, end = self._buf, self._pos, len(self._buf)
-            while pos < end and buf[pos] in skip:
-                pos += 1
-            self._pos = pos
-            if pos < end:
+            buf = self._buf
+            self._pos = pos = run.match(buf, self._pos).end()  # type: ignore[union-attr]
+            if pos < len(buf):
                 return buf[pos]
 
     def _top_level_value(self) -> Any:
@@ -109,7 +165,15 @@ class ChromeJsonReader:
                     raise TraceError(f"not a Chrome trace: malformed JSON ({exc.msg})") from None
                 want = len(raw) * 2
                 continue
-            self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
+            # surrogateescape maps the decoder's character offset back to exact bytes;
+            # the value itself is read again from its bytes with undecodable text
+            # replaced (the one rule), never with lone surrogates the writer cannot encode.
+            size = len(text[:end].encode("utf-8", "surrogateescape"))
+            data = bytes(raw[:size])
+            clean, _ = clean_json_text(data)
+            if clean is not data:
+                value = decoder.raw_decode(clean.decode("utf-8"))[0]
+            self._pos += size
             return value
 
     # ---- public --------------------------------------------------------------
@@ -133,7 +197,7 @@ class ChromeJsonReader:
         self._pos += 1
         seen_events = False
         while True:
-            c = self._skip_ws()
+            c = self._skip_ws(b",")  # any run of commas between members, as before, but in C
             if c is None:
                 if seen_events:
                     self.truncated = True
@@ -142,9 +206,6 @@ class ChromeJsonReader:
             if c == ord("}"):
                 self._pos += 1
                 break
-            if c == ord(","):
-                self._pos += 1
-                continue
             key = self._top_level_value()
             if not isinstance(key, str) or self._skip_ws() != ord(":"):
                 raise TraceError("not a Chrome trace: malformed top-level object")
@@ -164,8 +225,15 @@ class ChromeJsonReader:
             raise TraceError("not a Chrome trace: no traceEvents list among the top-level keys")
 
     def _event_array(self, decode: Decode[T]) -> Iterator[List[T]]:
+        """The blocks of the event list; runs of whitespace and commas between events
+        are skipped (at C speed), but two events need a comma between them."""
+        after_event = False  # a block ended on an event: "," or "]" must come next
         while True:
-            c = self._skip_ws(b",")
+            c = self._skip_ws(b"," if not after_event else b"")
+            if after_event and c == ord(","):
+                c = self._skip_ws(b",")
+            elif after_event and c is not None and c != ord("]"):
+                raise TraceError("malformed JSON in the event list: no comma between two events")
             if c is None:
                 self.truncated = True
                 return
@@ -173,18 +241,46 @@ class ChromeJsonReader:
                 self._pos += 1
                 return
             self._fill(self._block)
-            block = self._decode_block(decode)
+            decoded = self._charge_decoded()
+            try:
+                block = self._decode_block(decode)
+            except BaseException:
+                self._release(decoded)
+                raise
             if block is None:
                 if not self._eof:
+                    self._release(decoded)  # charged again for the bigger buffer
                     self._fill(2 * (len(self._buf) - self._pos))
                     continue
                 # A truncated file: only an incomplete last event is lost.
                 self.truncated = True
-                tail = self._complete_tail(decode)
-                if tail:
-                    yield tail
+                try:
+                    tail = self._complete_tail(decode)
+                    if tail:
+                        yield tail
+                finally:
+                    self._release(decoded)
                 return
-            yield block
+            after_event = True
+            try:
+                yield block
+            finally:  # the caller has made what it keeps of the block: its objects go
+                del block
+                self._release(decoded)
+
+    def _charge_decoded(self) -> int:
+        """Charge what decoding the unread buffer can hold: Python objects per event,
+        bounded by the `{` bytes in it (every event opens one; measured ~270 bytes an
+        event for tiny ones)."""
+        if self._account is None:
+            return 0
+        n = DECODED_BYTES_PER_BRACE * self._buf.count(b"{", self._pos)
+        self._account.charge(n, "the decoded events of one block")
+        return n
+
+    def _release(self, n: int) -> None:
+        if self._account is not None and n:
+            self._account.release(n)
 
     def _complete_tail(self, decode: Decode[T]) -> List[T]:
         """At the end of a truncated file, the complete elements before the cut one.
@@ -193,12 +289,12 @@ class ChromeJsonReader:
         in a hand-edited file) leaves none, so the short tail is walked one element
         at a time with the stdlib decoder, as a reader of a truncated file would.
         """
+        # At EOF `_decode_block` has replaced undecodable text already (`_sanitize`).
         text = bytes(self._buf[self._pos:]).decode("utf-8", "surrogateescape")
         decoder = json.JSONDecoder()
         spans, pos = [], 0
         while True:
-            while pos < len(text) and text[pos] in " \t\r\n,":
-                pos += 1
+            pos = _SEPARATORS_TEXT.match(text, pos).end()  # type: ignore[union-attr]
             try:
                 _, end = decoder.raw_decode(text, pos)
             except (json.JSONDecodeError, RecursionError):
@@ -207,46 +303,102 @@ class ChromeJsonReader:
             pos = end
         if not spans:
             return []
-        return decode(("[" + ",".join(spans) + "]").encode("utf-8", "surrogateescape"))
+        try:
+            return decode(("[" + ",".join(spans) + "]").encode("utf-8", "surrogateescape"))
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as exc:  # what only the stdlib takes (NaN): still malformed
+            raise TraceError(f"malformed JSON at the end of the event list: {str(exc).split(' (byte')[0]}") from None
 
     def _decode_block(self, decode: Decode[T]) -> Optional[List[T]]:
         """Decode the longest prefix of complete events found by trying candidates.
 
         Returns None when more data is needed (or, at EOF, when only an incomplete
         event is left: the file was truncated).
-        """
-        buf, pos, end = self._buf, self._pos, len(self._buf)
-        view = memoryview(buf)
-        # Decode in place, without copying 16 MB: the byte before the block is
-        # already consumed and the byte after the cut is only `,`, `]` or space, so
-        # they are briefly overwritten by the brackets of a JSON array.
-        buf[pos - 1] = ord("[")
-        for tries, cut in enumerate(self._candidates(buf, pos, end)):
-            if tries >= _TRIES_PER_BLOCK:
-                break
-            saved = buf[cut]
-            buf[cut] = ord("]")
-            try:
-                events = decode(view[pos - 1:cut + 1])
-            except msgspec.ValidationError:
-                raise
-            except msgspec.DecodeError:
-                continue
-            except RecursionError:
-                raise TraceError("malformed trace: JSON nested too deeply to decode") from None
-            finally:
-                buf[cut] = saved
-            self._pos = cut
-            return events
-        return self._probe(decode, bytes(buf), pos, end)
 
-    def _probe(self, decode: Decode[T], buf: bytes, pos: int, end: int) -> Optional[List[T]]:
+        At the first failure the unread text is checked once for undecodable bytes
+        (`_sanitize`), which fail every cut after them. A failure that names a byte
+        is malformed text before the cut, not a wrong cut (that leaves the text
+        truncated), so `_probe` is asked where it is at once; "trailing characters"
+        is the event list closing before the cut: an earlier cut is right.
+        """
+        tried = 0
+        while True:
+            buf, pos, end = self._buf, self._pos, len(self._buf)
+            view = memoryview(buf)
+            # Decode in place, without copying 16 MB: the byte before the block is
+            # already consumed and the byte after the cut is only `,`, `]` or space, so
+            # they are briefly overwritten by the brackets of a JSON array.
+            buf[pos - 1] = ord("[")
+            failed, malformed = False, False
+            for cut in itertools.islice(self._candidates(buf, pos, end), tried, _TRIES_PER_BLOCK):
+                tried += 1
+                saved = buf[cut]
+                buf[cut] = ord("]")
+                try:
+                    events = decode(view[pos - 1:cut + 1])
+                except msgspec.ValidationError:
+                    raise
+                except msgspec.DecodeError as exc:
+                    msg = str(exc)
+                    if "trailing characters" in msg:
+                        continue  # the array closed before this cut (it ends here): an earlier one
+                    failed, malformed = True, _BYTE_AT.search(msg) is not None
+                    if malformed or not self._checked:
+                        break
+                    continue
+                except RecursionError:
+                    raise TraceError("malformed trace: JSON nested too deeply to decode") from None
+                finally:
+                    buf[cut] = saved
+                self._pos = cut
+                return events
+            if not self._checked:
+                if self._sanitize():
+                    tried = 0  # a new buffer: its cut points again
+                    continue
+                if failed and not malformed and tried < _TRIES_PER_BLOCK:
+                    continue  # nothing to replace: a wrong cut; try the earlier ones
+            return self._probe(decode, pos, end)
+
+    def _sanitize(self) -> bool:
+        """Replace undecodable text in the unread buffer (`model.clean_json_text`);
+        True when anything changed.
+
+        msgspec refuses invalid UTF-8 in the strings it decodes and lone surrogate
+        escapes anywhere, which would fail every cut of the block; replacing them by
+        U+FFFD (structure is untouched: only bytes inside strings change) lets the
+        block decode, as the same rule does everywhere else. Runs only after a
+        decode failed, and once per buffer. The buffer is replaced, not resized:
+        decoded blocks may still hold views of it.
+        """
+        buf, pos = self._buf, self._pos
+        region = bytes(memoryview(buf)[pos:])
+        text, used = clean_json_text(region, final=self._eof)
+        self._checked = True
+        if text is region:
+            return False
+        self._last_hits = None
+        fresh = bytearray(b" ")  # the byte before the cursor, where "[" goes
+        fresh += text
+        fresh += memoryview(buf)[pos + used:]
+        self._buf, self._pos = fresh, 1
+        return True
+
+    def _probe(self, decode: Decode[T], pos: int, end: int) -> Optional[List[T]]:
         """Let the decoder say where the text stops being an event list.
 
         msgspec reports "truncated" (need more bytes), "trailing characters (byte N)"
         (the array closed at N: decode up to there) or another malformation at N.
+        Two are not errors: complete events followed only by whitespace and commas to
+        the end of the buffer (a long run of them: the events are taken, the run is
+        skipped by `_skip_ws`, and the buffer never has to hold it whole), and runs
+        of commas between events (`},,{`, `},]`), which the reader has always
+        skipped where a block starts.
         """
-        text = b"[" + buf[pos:end]
+        buf = self._buf
+        view = memoryview(buf)
+        text = view[pos - 1:end]  # "[" + the unread bytes (see `_decode_block`)
         try:
             msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
@@ -255,17 +407,49 @@ class ChromeJsonReader:
             raise TraceError("malformed trace: JSON nested too deeply to decode") from None
         else:  # the array closed exactly at the end of the buffer
             msg = f"trailing characters (byte {len(text) + 1})"
+        m = _BYTE_AT.search(msg)
         if "truncated" in msg:
-            return None
-        m = re.search(r"\(byte (\d+)\)", msg)
+            return self._events_before(decode, pos, end, need_comma=False)
         if m and "trailing characters" in msg:
-            n = len(text[: int(m.group(1)) - 1].rstrip(_WS))  # msgspec counts from 1
-            events = decode(text[:n])
+            n = len(bytes(text[: int(m.group(1)) - 1]).rstrip(_WS))  # msgspec counts from 1
+            events = decode(bytes(buf[pos - 1:pos - 1 + n]))
             self._pos = pos + n - 2  # at the closing "]"
             return events
+        if m:
+            at = min(pos - 1 + int(m.group(1)), end)
+            events = self._events_before(decode, pos, at, need_comma=True)
+            if events is not None:
+                return events
+            if not self._eof and at > end - _NEAR_END:
+                return None  # maybe cut short by the buffer's end (a surrogate escape held back): read more first
         where = f" at byte {self._stream.inflated - (len(buf) - pos) + int(m.group(1)) - 1:,}" if m else ""
         reason = msg.split(" (byte")[0]
         raise TraceError(f"malformed JSON in the event list{where}: {reason}")
+
+    def _events_before(self, decode: Decode[T], pos: int, stop: int, need_comma: bool) -> Optional[List[T]]:
+        """The events before `stop` when only separators lie between the last `}`
+        and `stop` (at least one comma if `need_comma`), else None; C speed."""
+        buf = self._buf
+        cut = buf.rfind(b"}", pos, stop) + 1
+        if cut <= 0 or cut >= len(buf) or _SEPARATORS.match(buf, cut, stop).end() != stop:  # type: ignore[union-attr]
+            return None
+        if need_comma and buf.find(b",", cut, stop) < 0:
+            return None
+        view = memoryview(buf)
+        saved = buf[cut]
+        buf[cut] = ord("]")
+        try:
+            events = decode(view[pos - 1:cut + 1])
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            return None  # the `}` was inside an incomplete event
+        except RecursionError:
+            raise TraceError("malformed trace: JSON nested too deeply to decode") from None
+        finally:
+            buf[cut] = saved
+        self._pos = cut
+        return events
 
     def _candidates(self, buf: bytes, pos: int, end: int) -> Iterator[int]:
         """Cut points (exclusive ends), from the last one back: `}` then `,{` or `]`."""
@@ -273,14 +457,22 @@ class ChromeJsonReader:
             m = _FINAL_END.search(buf, max(pos, end - 4096), end)
             if m:
                 yield m.start() + 1
-        hi = end
+        hi, window = end, _FIRST_WINDOW
         while hi > pos:
-            lo = max(pos, hi - _SEARCH_WINDOW)
-            hits = [m.start() + 1 for m in _EVENT_END.finditer(buf, lo, min(end, hi + 64))]
+            lo = max(pos, hi - window)
+            # The last window is kept: a buffer whose blocks end early (one event at a
+            # time, between runs of commas) must not scan it again for every event.
+            last = self._last_hits if hi == end else None
+            if last is not None and last[:2] == (lo, end):
+                hits = last[2]
+            else:
+                hits = [m.start() + 1 for m in _EVENT_END.finditer(buf, lo, min(end, hi + 64))]
+                if hi == end:
+                    self._last_hits = (lo, end, hits)
             for cut in reversed(hits):
                 if cut <= hi:
                     yield cut
-            hi = lo
+            hi, window = lo, min(4 * window, _SEARCH_WINDOW)
 
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
@@ -303,11 +495,19 @@ class ChromeJsonEvents:
     block_size = READ_SIZE
 
     def __init__(self, path: str, max_inflated_bytes: int, expected_events: int,
-                 store_dir: Optional[str] = None) -> None:
+                 store_dir: Optional[str] = None, *, identity: Optional[FileIdentity] = None,
+                 max_ratio: Optional[float] = DEFAULT_MAX_RATIO, block_size: int = READ_SIZE) -> None:
+        """`identity`: the file as indexed (`TraceStream.identity`). With it, each pass
+        opens that same file (`FileChanged` if another is at the path now) and reads
+        only the indexed bytes, so the events asked for by index are the indexed ones,
+        even if the file was swapped or appended to since."""
         self.path = path
         self.max_inflated_bytes = max_inflated_bytes
         self.expected_events = expected_events
         self.store_dir = store_dir
+        self.identity = identity
+        self.max_ratio = max_ratio
+        self.block_size = block_size
         self._store: Optional[_BlockStore] = None
         self._building = threading.Lock()
 
@@ -331,9 +531,10 @@ class ChromeJsonEvents:
                 builder = None
         try:
             yield from self._stream(indices, progress, builder)
-            if builder is not None:
+            if builder is not None and not builder.failed:
                 builder.finish()
-                self._store, builder = builder, None
+                if not builder.failed:
+                    self._store, builder = builder, None
         finally:
             if builder is not None:  # failed, or the caller stopped early: not a whole store
                 builder.close(remove=True)
@@ -349,15 +550,17 @@ class ChromeJsonEvents:
             return raws
 
         base = 0
-        with TraceStream(self.path, self.max_inflated_bytes, progress) as stream:
+        ident = self.identity
+        with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
+                         read_bytes=None if ident is None else ident.size) as stream:
             for raws in ChromeJsonReader(stream, self.block_size).blocks(decode):
                 n = len(raws)
                 lo, hi = np.searchsorted(indices, [base, base + n])
                 if hi > lo:
                     yield [bytes(raws[i]) for i in (indices[lo:hi] - base).tolist()]
                 base += n
-        if base != self.expected_events:
-            raise TraceError(
+        if base != self.expected_events:  # rewritten in place since it was indexed
+            raise FileChanged(
                 f"{os.path.basename(self.path)} changed while it was read ({self.expected_events:,} then {base:,} events)"
             )
 
@@ -372,16 +575,31 @@ class _BlockStore:
         self._fd = fd
         self._offsets: list[int] = [0]
         self._firsts: list[int] = [0]
+        self.failed = False
         self._finalizer = weakref.finalize(self, _remove, self._file, self.path)
 
     def add(self, text: Any, events: int) -> None:
+        """Keep one block; a store that cannot be written (a full disk) gives up quietly:
+        it only saves later passes time, and the pass that builds it goes on without it."""
+        if self.failed:
+            return
         data = isal_zlib.compress(text, 1)
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError:
+            self.failed = True
+            self._finalizer()
+            return
         self._offsets.append(self._offsets[-1] + len(data))
         self._firsts.append(self._firsts[-1] + events)
 
     def finish(self) -> None:
-        self._file.flush()
+        try:
+            self._file.flush()
+        except OSError:
+            self.failed = True
+            self._finalizer()
+            return
         self._firsts_arr = np.asarray(self._firsts, dtype=np.int64)
 
     def close(self, remove: bool) -> None:

@@ -14,7 +14,10 @@ bounded by the columns (~30 bytes an event) rather than the trace.
 
 from __future__ import annotations
 
+import codecs
 import itertools
+import re
+import sys
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Hashable, Iterable, Union
@@ -116,6 +119,61 @@ def normalise(ev: LenientEvent) -> ChromeEvent:
     )
 
 
+# ---- undecodable text ------------------------------------------------------------
+# One rule wherever bytes become text, so a string looks the same in an event's name,
+# a summary's `top`, a kept event's JSON, its args and the `event` route: invalid UTF-8
+# is replaced as `bytes.decode("utf-8", "replace")` does (one U+FFFD per maximal invalid
+# sequence), and a JSON escape of a lone surrogate (which no UTF-8 can hold, and which
+# msgspec and orjson refuse) becomes `\ufffd`. Valid text is never touched.
+
+# A `\u` escape that starts a surrogate, not itself escaped (an even run of backslashes
+# before it): group 2 a high surrogate, group 3 the low one that completes it.
+_SURROGATE_ESCAPE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u(?:([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    rb"|[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_ESCAPE_LEN = 12  # a surrogate pair's two escapes: what a held-back end may need
+
+
+def clean_json_text(data: bytes, final: bool = True) -> tuple[bytes, int]:
+    """`data` (JSON text from a value's start) with undecodable text replaced by U+FFFD.
+
+    Returns the text and how many bytes of `data` it stands for. With `final` False
+    (more bytes follow) an incomplete character at the end is not consumed and a high
+    surrogate escape near the end is kept, for the caller to see again completed.
+    Returns `data` itself when nothing needed replacing. C speed: one decode (skipped
+    for ASCII), one substring test, and a regex callback per surrogate escape only.
+    """
+    text, used = data, len(data)
+    if not data.isascii():
+        decoded, used = codecs.utf_8_decode(data, "replace", final)
+        text = decoded.encode()
+    if b"\\u" in text:
+        hold = len(text) if final else len(text) - _ESCAPE_LEN
+
+        def fix(m: re.Match) -> bytes:
+            if m.group(3) or (m.group(2) and m.end() > hold):
+                return m.group(0)  # a pair, or maybe the start of one
+            return m.group(1) + b"\\ufffd"
+
+        text = _SURROGATE_ESCAPE.sub(fix, text)
+    if text is not data and text == memoryview(data)[:used]:
+        return data, len(data)  # nothing replaced (an incomplete end is not a change)
+    return text, used
+
+
+def valid_utf8(data: bytes) -> bytes:
+    """`data` when it is valid UTF-8 (checked at C speed), else with the invalid bytes
+    replaced by U+FFFD: for bytes copied from an input into output JSON."""
+    if data.isascii():
+        return data
+    try:
+        codecs.utf_8_decode(data, "strict", True)
+    except UnicodeDecodeError:
+        return codecs.utf_8_decode(data, "replace", True)[0].encode()
+    return data
+
+
 _typed = msgspec.json.Decoder(list[ChromeEvent], strict=False)
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _one_lenient = msgspec.json.Decoder(LenientEvent, strict=False)
@@ -181,8 +239,11 @@ class Interner:
 def _counter_items(raw: msgspec.Raw) -> list[tuple[str, float]]:
     try:
         args = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return []
+    except msgspec.DecodeError:  # undecodable text in the args (a Raw is not checked): replace, as the writer does
+        try:
+            args = msgspec.json.decode(clean_json_text(bytes(raw))[0])
+        except msgspec.DecodeError:
+            return []
     if not isinstance(args, dict):
         return []
     out = []
@@ -222,10 +283,22 @@ class EventTable:
         return Interner().ids_of([t[0] for t in self.tracks])
 
 
-class TableBuilder:
-    """Accumulates decoded blocks into columns without per-event Python code."""
+# What one interned value costs besides its object: a dict slot and a list slot.
+_INTERNED_OVERHEAD = 104
+# A counter sample kept in Python lists until `build`: an int, a series id, a float.
+_COUNTER_ROW_BYTES = 3 * 8 + 56
 
-    def __init__(self) -> None:
+
+class TableBuilder:
+    """Accumulates decoded blocks into columns without per-event Python code.
+
+    With an `account` (see `budget`), each block charges what it adds — its columns,
+    its new interned strings, its counter samples — so a trace that needs more memory
+    than promised stops at the block that crosses the line, not after.
+    """
+
+    def __init__(self, account: Any = None) -> None:
+        self._account = account
         columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
         self._tracks = Interner()
@@ -238,6 +311,8 @@ class TableBuilder:
         self._c_series: list[int] = []
         self._c_value: list[float] = []
         self._n = 0
+        self._sizes: dict[int, list[int]] = {}
+        self._col_bytes = 0
         self.block_events: list[int] = []
         self.block_bytes: list[int] = []
 
@@ -245,6 +320,32 @@ class TableBuilder:
         n = len(events)
         if not n:
             return
+        before = self._held()
+        seen = {k: len(v) for k, v in self._cols.items()}
+        self._add(events, nbytes)
+        self._col_bytes += sum(a.nbytes for k, parts in self._cols.items() for a in parts[seen[k]:])
+        if self._account is not None:
+            self._account.charge(self._held() - before, "the event table")
+
+    def _held(self) -> int:
+        """Bytes the builder holds: columns, interned values (strings by their size), samples."""
+        interned = 0
+        for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series):
+            interned += self._interned_bytes(interner)
+        return self._col_bytes + interned + _COUNTER_ROW_BYTES * len(self._c_event)
+
+    def _interned_bytes(self, interner: Interner) -> int:
+        """Size of an interner's values, measured once per value (new ones only)."""
+        sizes = self._sizes.setdefault(id(interner), [0, 0])  # [values measured, their bytes]
+        done, total = sizes
+        if done < len(interner.values):
+            new = interner.values[done:]
+            total += sum(map(sys.getsizeof, new)) + _INTERNED_OVERHEAD * len(new)
+            sizes[:] = [len(interner.values), total]
+        return total
+
+    def _add(self, events: list[ChromeEvent], nbytes: int) -> None:
+        n = len(events)
         base = self._n
         self._n += n
         self.block_events.append(n)
@@ -295,6 +396,9 @@ class TableBuilder:
         return self._tracks.ids_of(keys)[inverse.reshape(-1)]
 
     def build(self) -> EventTable:
+        if self._account is not None:  # the widest column, copied once while its parts still exist
+            self._account.charge(8 * self._n + _COUNTER_ROW_BYTES * len(self._c_event), "assembling the event table")
+
         def cat(key: str, dtype: Any) -> np.ndarray:
             # Column by column, dropping the parts at once: peak memory is the
             # table plus one column, not twice the table.

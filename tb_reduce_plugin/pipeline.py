@@ -6,7 +6,6 @@ cache it and pools can run it per host. `index_file` is the cacheable artefact.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import time
@@ -16,11 +15,12 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 import numpy as np
 
 from . import FORMAT_VERSION
-from .chrome_json import ChromeJsonEvents, ChromeJsonReader
+from .budget import Account, MemoryBudget, Unlimited, release_free_memory
+from .chrome_json import ChromeJsonEvents, ChromeJsonReader, block_size_for
 from .errors import TraceError
-from .model import EventTable, TableBuilder, decode_events
-from .reduction import LEVELS, Plan, plan
-from .sources import DEFAULT_MAX_INFLATED_BYTES, TraceStream
+from .model import EventTable, TableBuilder, decode_events, valid_utf8
+from .reduction import LEVELS, Plan, check_window, plan, prepared_bytes
+from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from .writer import EventSource, Sink, atomic_output, write_trace
 from .xspace import read_xspace
 
@@ -28,6 +28,12 @@ Level = Union[int, str]
 Progress = Callable[[int, int], None]
 BUDGET_EVENTS = 500_000
 BUDGET_BYTES = 64 * 1024 * 1024
+# Memory per input event of one reduction at its peak (see `reduction_bytes`).
+PLAN_BYTES_PER_EVENT = 96
+PREPARED_BYTES_PER_EVENT = 72
+KEPT_BYTES_PER_EVENT = 12
+WRITE_BLOCKS = 6  # a Chrome write pass: its buffer (x2 while growing), a block's decoded events (~x2), output
+WRITE_BYTES = 16 * 1024 * 1024  # an XSpace write pass: chunks of formatted events
 
 
 @dataclass
@@ -44,6 +50,9 @@ class TraceIndex:
     seconds: float
     source: EventSource
     extra: dict = field(default_factory=dict)
+    # The file as it was read (device, inode, the size read, mtime): later passes over
+    # it (`ChromeJsonEvents`) check they read the same file, and only those bytes.
+    identity: Optional[FileIdentity] = None
 
     @property
     def events(self) -> int:
@@ -78,44 +87,49 @@ def _sniff(stream: TraceStream) -> str:
     )
 
 
-def release_free_memory() -> None:
-    """Hand freed heap pages back to the OS after parsing (glibc keeps them).
-
-    Parsing churns through millions of short-lived objects; without this the
-    process keeps their pages, and the peak RSS of later phases stacks on top.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
-
-
 def index_file(
     path: Union[str, os.PathLike],
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     progress: Optional[Progress] = None,
     store_dir: Optional[str] = None,
+    *,
+    expect: Optional[FileIdentity] = None,
+    max_file_bytes: Optional[int] = None,
+    max_ratio: Optional[float] = DEFAULT_MAX_RATIO,
+    account: Optional[Account] = None,
 ) -> TraceIndex:
     """Pass 1: stream the file into an event table.
+
+    `account`: the memory budget's account this parse charges as it goes (its
+    buffers, decoded blocks, columns and strings), so a trace that needs more than
+    was promised stops with `OverBudget` at the block that crosses the line.
 
     `store_dir`: where a Chrome trace may keep its event blocks compressed after
     the first full write pass, so later windows read only the blocks they need
     (`ChromeJsonEvents`); for servers that reduce one trace many times.
+
+    `expect`, `max_file_bytes`, `max_ratio`: as `TraceStream` takes them — a server
+    passes the identity its listing saw, so a file swapped since is refused
+    (`FileChanged`) rather than read, and its size limit, checked on the file as
+    opened. The index records the identity it was built from (`TraceIndex.identity`),
+    and later passes over a Chrome trace read that file and those bytes only.
     """
     path = os.fspath(path)
     began = time.perf_counter()
-    with TraceStream(path, max_inflated_bytes, progress) as stream:
+    with TraceStream(path, max_inflated_bytes, progress, expect=expect, max_file_bytes=max_file_bytes,
+                     max_ratio=max_ratio) as stream:
         fmt = _sniff(stream)
         if fmt == "xspace":
-            space = read_xspace(stream)
+            space = read_xspace(stream, account)
             release_free_memory()
             return TraceIndex(
                 path=path, format=fmt, table=space.table, metadata=space.metadata, truncated=False,
                 file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
-                source=space, extra=space.extra,
+                source=space, extra=space.extra, identity=stream.identity,
             )
-        reader = ChromeJsonReader(stream)
-        builder = TableBuilder()
+        block_bytes = block_size_for(account.budget.limit if account is not None else None)
+        reader = ChromeJsonReader(stream, block_bytes, account=account)
+        builder = TableBuilder(account)
         sizes: list[int] = []
 
         def decode(text: bytes) -> list:
@@ -125,6 +139,7 @@ def index_file(
 
         for block in reader.blocks(decode):
             builder.add(block, sizes[-1])
+            del block  # before the reader reads on: it gives back the block's charge then
         table = builder.build()
         del builder
         release_free_memory()
@@ -137,8 +152,10 @@ def index_file(
             file_bytes=stream.file_bytes,
             json_bytes=stream.inflated,
             seconds=time.perf_counter() - began,
-            source=ChromeJsonEvents(path, max_inflated_bytes, len(table), store_dir),
+            source=ChromeJsonEvents(path, max_inflated_bytes, len(table), store_dir, identity=stream.identity,
+                                    max_ratio=max_ratio, block_size=block_bytes),
             extra={"container": reader.container},
+            identity=stream.identity,
         )
 
 
@@ -153,6 +170,10 @@ def parse_level(level: Level) -> Level:
     if level not in LEVELS:
         raise TraceError(f"level must be 0-4 or auto, not {level!r}")
     return level
+
+
+# The finest time any input holds: XSpace counts picoseconds. A narrower window
+# cannot contain two distinct event times, and its buckets would be sub-ulp.
 
 
 def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
@@ -199,8 +220,12 @@ def reduce_index(
     progress: Optional[Progress] = None,
     with_input_index: bool = False,
     drop_args: bool = False,
+    account: Optional[Account] = None,
 ) -> dict[str, Any]:
     """Write the reduction of an indexed trace to `out`; returns the stats.
+
+    `account`: what planning and writing will hold at their peak is charged to it
+    before they start (`reduction_bytes`), and given back when they are done.
 
     `with_input_index` adds `tb_reduce.input_index`: for each written input event
     (the summaries follow them), its index in the input, which `event_json` takes —
@@ -209,12 +234,47 @@ def reduce_index(
     fetches args on click need not carry them, and is much cheaper to write.
     """
     level = parse_level(level)
+    check_window(start_us, end_us)
+    need = reduction_bytes(index, level, with_input_index)
+    if account is not None:
+        held = index.extra.get("account")
+        account.charge(need, "planning and writing the reduction",
+                       alongside=held.total if isinstance(held, Account) else 0, wait_s=30.0)
+    try:
+        return _reduce_index(index, out, level, start_us, end_us, gzip, progress, with_input_index, drop_args)
+    finally:
+        if account is not None:
+            account.release(need)
+
+
+def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False) -> int:
+    """What planning and writing one reduction of `index` hold at their peak, at most.
+
+    Measured on a 5 M-event Kineto trace (bench/README.md): a plan holds 50-86 B an
+    event at its peak, a table's first plan also prepares ~66 B an event of state
+    kept with it; the write pass holds a read block or two and its decoded events;
+    at level 0 (or auto, which may pick it) every event may be kept, and each kept
+    one costs its index and, in `tb_reduce.input_index`, its JSON digits.
+    """
+    n = index.events
+    block = getattr(index.source, "block_size", 0)  # a Chrome trace's write pass reads blocks again
+    need = PLAN_BYTES_PER_EVENT * n + (WRITE_BLOCKS * block if block else WRITE_BYTES)
+    if level in (0, "auto"):
+        need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
+    if not prepared_bytes(index.table):
+        need += PREPARED_BYTES_PER_EVENT * n
+    return need
+
+
+def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Optional[float],
+                  end_us: Optional[float], gzip: bool, progress: Optional[Progress], with_input_index: bool,
+                  drop_args: bool) -> dict[str, Any]:
     t_plan = time.perf_counter()
     p = choose_level(index, start_us, end_us) if level == "auto" else plan(index.table, level, start_us, end_us)
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
     if with_input_index:
-        obj["input_index"] = p.keep.tolist()
+        obj["input_index"] = p.keep  # written by the JSON encoder from the array: no Python int per event
     if drop_args:
         obj["args"] = "dropped"
     t_write = time.perf_counter()
@@ -237,25 +297,51 @@ def reduce_file(
     end_us: Optional[float] = None,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     progress: Optional[Progress] = None,
+    max_memory_bytes: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Reduce `src` into `dst` atomically (gzip when `dst` ends in .gz)."""
+    """Reduce `src` into `dst` atomically (gzip when `dst` ends in .gz).
+
+    `max_memory_bytes`: the memory this reduction promises not to exceed (parsing,
+    planning, writing); a trace that needs more fails with `OverBudget` as soon as
+    that is known, instead of being killed by the system.
+
+    Everything that can be refused without reading the trace is refused first
+    (level, window, an output that is a folder, in a missing or read-only folder,
+    or the input itself), so a user does not wait minutes for a refusal. The
+    output is written to a temp file beside `dst` that is removed on any failure;
+    a write that fails (disk full) raises `OSError` naming `dst`.
+    """
     src, dst = os.fspath(src), os.fspath(dst)
     level = parse_level(level)
-    size = os.path.getsize(src) if os.path.exists(src) else 0
-
-    def phase(offset: int) -> Optional[Progress]:
-        return None if progress is None else (lambda done, total: progress(offset + done, 2 * size))
-
+    check_window(start_us, end_us)
+    f, finish = atomic_output(dst, {"the input trace": src})
     began = time.perf_counter()
-    index = index_file(src, max_inflated_bytes, phase(0))
-    f, finish = atomic_output(dst)
     ok = False
     try:
-        stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size))
+        try:
+            size = os.stat(src).st_size  # only for progress: a missing file is reported by index_file
+        except OSError:
+            size = 0
+
+        def phase(offset: int) -> Optional[Progress]:
+            return None if progress is None else (lambda done, total: progress(offset + done, 2 * size))
+
+        budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
+        reading = budget.account(f"reading {os.path.basename(src)}")
+        index = index_file(src, max_inflated_bytes, phase(0), account=reading)
+        index.extra["account"] = reading
+        try:
+            with budget.account(f"reducing {os.path.basename(src)}") as reducing:
+                stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size),
+                                     account=reducing)
+        except OSError as exc:  # reads go through TraceStream (TraceError): this is a write to `f`
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror or str(exc), dst) from None
         ok = True
     finally:
-        finish(ok)
-    stats["output"]["file_bytes"] = os.path.getsize(dst)
+        file_bytes = finish(ok)
+    stats["output"]["file_bytes"] = file_bytes
     stats["timings_s"]["total"] = time.perf_counter() - began
     return stats
 
@@ -266,7 +352,7 @@ def event_json(index: TraceIndex, i: int) -> bytes:
     if not 0 <= i < index.events:
         raise TraceError(f"no event {i}: the trace has {index.events:,}")
     for block in index.source.events(np.asarray([i]), 0):
-        return block[0]
+        return valid_utf8(block[0])  # bytes copied from the input: invalid UTF-8 replaced, as in the trace
     raise TraceError(f"event {i} could not be read back")  # pragma: no cover
 
 

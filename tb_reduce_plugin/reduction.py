@@ -16,6 +16,7 @@ maxima and boundary look-ups single numpy calls over all tracks at once.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,6 +29,7 @@ from .slices import SliceTable, build_slices
 RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}
 LEVELS = (0, 1, 2, 3, 4)
 TOP_NAMES = 5
+MIN_WINDOW_US = 1e-6
 
 
 @dataclass
@@ -69,6 +71,33 @@ def _no_summaries() -> Summaries:
                      z.astype(np.int64), z.astype(np.int64))
 
 
+def check_window(start_us: Optional[float], end_us: Optional[float]) -> None:
+    """Refuse a window no reduction can honour, before any work is done on it.
+
+    Every surface (command line, plugin, `reduce_index`) calls this one check so
+    they agree on what a window is. A bound left out (None) is the trace's own
+    edge, checked by the plan. Both bounds must be finite numbers; with both
+    given, start must be below end, and the width must itself be finite
+    (-1e308..1e308 overflows to inf, which makes every bucket infinite) and at
+    least `MIN_WINDOW_US`.
+    """
+    for name, value in (("start_us", start_us), ("end_us", end_us)):
+        if value is not None and not math.isfinite(value):
+            raise TraceError(f"{name} must be a finite number, not {value}")
+    if start_us is None or end_us is None:
+        return
+    if not start_us < end_us:
+        raise TraceError(f"start_us must be below end_us (got {start_us} and {end_us})")
+    width = end_us - start_us
+    if not math.isfinite(width):
+        raise TraceError(f"the window {start_us}..{end_us} is too wide: its width overflows a float")
+    if width < MIN_WINDOW_US:
+        raise TraceError(
+            f"the window {start_us}..{end_us} is {width:.3g} µs wide; it must be at least "
+            f"{MIN_WINDOW_US:g} µs (1 ps, the finest time a trace holds)"
+        )
+
+
 def default_window(t: EventTable) -> tuple[float, float]:
     """The whole trace: first timestamp to last end. Cached per table."""
     cached = getattr(t, "_default_window", None)
@@ -84,8 +113,31 @@ def _default_window(t: EventTable) -> tuple[float, float]:
         return 0.0, 1.0
     ts = t.ts[ok]
     dur = np.where(t.ph[ok] == PH_X, np.maximum(np.nan_to_num(t.dur[ok], nan=0.0), 0.0), 0.0)
-    t0, t1 = float(ts.min()), float((ts + dur).max())
+    with np.errstate(over="ignore"):  # an end past the largest float is inf: refused by the plan, in words
+        t0, t1 = float(ts.min()), float((ts + dur).max())
     return (t0, t1) if t1 > t0 else (t0, t0 + 1.0)
+
+
+_PREPARED = ("_default_window", "_slices", "_static", "_name_rank")
+
+
+def prepared_bytes(t: EventTable) -> int:
+    """Memory of the planning state prepared on `t` (slices, static masks, orders, flow
+    binding): it lives as long as the table, so the memory budget counts it."""
+    seen: set[int] = set()
+
+    def size(obj: object, depth: int = 0) -> int:
+        if id(obj) in seen or depth > 4:
+            return 0
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            return obj.nbytes if obj.base is None else 0  # views share their base's memory
+        if isinstance(obj, (list, tuple)):
+            return sum(size(o, depth + 1) for o in obj)
+        fields = getattr(obj, "__dict__", None)
+        return sum(size(o, depth + 1) for o in fields.values()) if fields else 0
+
+    return sum(size(getattr(t, name, None)) for name in _PREPARED)
 
 
 def slices_of(t: EventTable) -> SliceTable:
@@ -117,8 +169,13 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
     d0, d1 = default_window(t)
     t0 = d0 if start_us is None else float(start_us)
     t1 = d1 if end_us is None else float(end_us)
-    if not (np.isfinite(t0) and np.isfinite(t1)) or t1 <= t0:
-        raise TraceError(f"the window must have start_us < end_us (got {t0}, {t1})")
+    if start_us is None or end_us is None:  # a bound from the trace itself: say so if it is the odd one
+        try:
+            check_window(t0, t1)
+        except TraceError as exc:
+            raise TraceError(f"the trace's own time span {d0}..{d1} cannot be bucketed ({exc}); "
+                             "ask for a window (start_us, end_us)") from None
+    check_window(t0, t1)
     sl = slices_of(t)
     st = _static(t, sl)
     has_ts = st.has_ts

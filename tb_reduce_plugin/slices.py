@@ -15,6 +15,8 @@ import numpy as np
 
 from .model import PH_B, PH_E, PH_X, EventTable
 
+_LARGEST = np.finfo(np.float64).max
+
 
 @dataclass
 class SliceTable:
@@ -88,7 +90,8 @@ def build_slices(t: EventTable) -> SliceTable:
     xs = np.flatnonzero((t.ph == PH_X) & has_ts)
     dur_x = np.nan_to_num(t.dur[xs], nan=0.0)
     x_start = t.ts[xs]
-    x_end = x_start + np.maximum(dur_x, 0.0)
+    with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
+        x_end = np.minimum(x_start + np.maximum(dur_x, 0.0), _LARGEST)
 
     be = np.flatnonzero(((t.ph == PH_B) | (t.ph == PH_E)) & has_ts)
     b_idx = e_idx = np.zeros(0, dtype=np.int64)

@@ -9,17 +9,21 @@ or drop.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-import tempfile
-from typing import Any, BinaryIO, Callable, Iterator, Optional, Protocol
+import secrets
+import stat
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Protocol
 
 import msgspec
 import numpy as np
 import orjson
 from isal import igzip
 
+from .errors import TraceError
+from .model import clean_json_text, valid_utf8
 from .reduction import Plan
 
 STRING_LIMIT = 256
@@ -29,12 +33,24 @@ SUMMARY_CAT = "tb_reduce.summary"
 _any = msgspec.json.Decoder()
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def dumps(value: Any) -> bytes:
-    """orjson, with the stdlib as fallback for what it refuses (ints over 64 bits)."""
+    """orjson, with the stdlib as fallback for what it refuses (ints over 64 bits, and
+    lone surrogates, which become U+FFFD: output JSON is always valid UTF-8). numpy
+    arrays are written from their buffer (`tb_reduce.input_index` holds millions)."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_plain)
+        return _SURROGATES.sub("\ufffd", text).encode()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def cut_value(v: Any) -> tuple[Any, bool]:
@@ -79,7 +95,11 @@ def transform(raw: bytes, level: int) -> bytes:
         return raw
     if level == 2 and not _may_need_cut(raw):
         return raw
-    ev = _any.decode(raw)
+    try:
+        ev = _any.decode(raw)
+    except msgspec.DecodeError:  # invalid UTF-8 in a string (what msgspec.Raw lets through): the one rule
+        raw = clean_json_text(raw)[0]
+        ev = _any.decode(raw)
     if not isinstance(ev, dict) or not isinstance(ev.get("args"), (dict, list)):
         return raw
     if ev.get("ph") == "M":  # metadata is kept unchanged at every level (G6)
@@ -181,7 +201,9 @@ def write_trace(
     args_level = plan.level if args_level is None else max(args_level, plan.level)
     for raws in source.events(plan.keep, args_level, progress):
         parts = [transform(raw, args_level) for raw in raws]
-        sink.write(sep + b",\n".join(parts))
+        # Events are copied from the input as they are: checked at C speed per chunk,
+        # and invalid UTF-8 replaced as everywhere else (`model.clean_json_text`).
+        sink.write(sep + valid_utf8(b",\n".join(parts)))
         sep = b",\n"
         written += len(parts)
     summaries = summary_events(plan, tracks, names)
@@ -197,20 +219,97 @@ def write_trace(
     return written
 
 
-def atomic_output(path: str) -> tuple[BinaryIO, Callable[[bool], None]]:
-    """A temp file beside `path`, renamed over it on success, removed on failure."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tb-reduce-", suffix=".part", dir=directory)
+def atomic_output(path: str, protect: Mapping[str, str] = {}) -> tuple[BinaryIO, Callable[[bool], int]]:
+    """A temp file beside `path`, renamed over it on success, removed on failure.
+
+    The temp file is created at once, so a caller that opens it *before* minutes of
+    work hears at once that `path` cannot be written (missing or read-only folder,
+    no permission, `path` a folder or a device). `protect` maps a label to a file
+    that `path` must not be ("the input trace": src): compared by device and inode
+    when both exist (symlinks, hard links, `./x` vs `x`), by real path otherwise,
+    so a reduction never replaces its own input.
+
+    The file is created as `open()` creates files (0o666 less the umask), not 0600
+    as `mkstemp` would, because a reduced trace is meant to be shared like any
+    output. `finish(ok)` closes it; when ok, renames it over `path` and returns its
+    size, else (and whenever closing or renaming fails) removes it. Filesystem
+    errors are `OSError`s whose `filename` is `path` as the caller spelled it —
+    never the temp name — so a surface can say which file failed in one line.
+    """
+    if not os.path.basename(path):
+        raise IsADirectoryError(errno.EISDIR, "is a folder name; give a file name", path)
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise NotADirectoryError(errno.ENOTDIR, f"{directory} is not a folder", path)
+        raise FileNotFoundError(errno.ENOENT, f"its folder {directory} does not exist", path)
+    try:
+        st: Optional[os.stat_result] = os.stat(path)
+    except OSError:  # absent (or a dangling link, which the rename replaces)
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder; give a file name", path)
+    if st is not None and not stat.S_ISREG(st.st_mode):  # never rename over /dev/null or a FIFO
+        raise OSError(errno.EINVAL, "is not a regular file", path)
+    for label, other in protect.items():
+        if _same_file(path, st, other):
+            raise TraceError(f"refusing to write {path}: it is {label} {other}")
+    fd, tmp = _create_beside(path, directory)
     f = os.fdopen(fd, "wb")
 
-    def finish(ok: bool) -> None:
-        f.close()
-        if ok:
+    def discard() -> None:
+        try:
+            f.close()
+        except OSError:  # a late ENOSPC flushing bytes that are thrown away anyway
+            pass
+        try:
+            os.unlink(tmp)
+        except OSError:  # gone already, or the folder turned read-only: nothing more to do
+            pass
+
+    def finish(ok: bool) -> int:
+        if not ok:
+            discard()
+            return 0
+        try:
+            f.flush()
+            size = os.fstat(f.fileno()).st_size
+            f.close()
             os.replace(tmp, path)
-        else:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+        except OSError as exc:
+            discard()
+            raise _naming(exc, path) from None
+        return size
 
     return f, finish
+
+
+def _same_file(path: str, st: Optional[os.stat_result], other: str) -> bool:
+    """Whether writing `path` (stat `st`, None when absent) would replace `other`."""
+    try:
+        so = os.stat(other)
+    except OSError:
+        so = None
+    if st is not None and so is not None:
+        return (st.st_dev, st.st_ino) == (so.st_dev, so.st_ino)
+    return os.path.realpath(path) == os.path.realpath(other)
+
+
+def _create_beside(path: str, directory: str) -> tuple[int, str]:
+    """Create a new `.tb-reduce-*.part` file in `directory` with mode 0o666, so the
+    kernel applies the umask (and default ACLs) exactly as for `open(path, "w")`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tb-reduce-{secrets.token_hex(6)}.part")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:  # EROFS, EACCES, ENOSPC (no inode left), ...
+            raise _naming(exc, path) from None
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside it", path)  # pragma: no cover
+
+
+def _naming(exc: OSError, path: str) -> OSError:
+    """`exc` about `path` as the user gave it (OSError picks the subclass by errno)."""
+    return OSError(exc.errno, exc.strerror or str(exc), path)

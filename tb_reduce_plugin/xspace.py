@@ -9,6 +9,11 @@ line becomes counter events. pids follow XProf where they can (host planes 701+,
 GPU/TPU planes 1 + plane id), tids are the line's display id cut to 32 bits, so a
 view lines up with what XProf and JAX's own `trace.json.gz` show.
 
+Text (names, string stats, hostnames) is read as bytes and decoded with the one
+rule every input follows here, `bytes.decode("utf-8", "replace")`: upb would refuse
+the whole file at one invalid byte. An event whose stats do not parse is written
+with `"args": {"tb_reduce.error": reason}` rather than failing the trace.
+
 Speed: upb parses the file with events read as raw bytes (`xspace_schema`), and
 `decode_event_columns` decodes the events' fields for a whole line at once in
 numpy. The raw event payloads are kept (about the file's size), so the args of any
@@ -26,10 +31,11 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
+from . import xspace_shape
 from .errors import TraceError
 from .model import NAN, PH_C, PH_M, PH_X, EventTable, Interner
 from .sources import TraceStream
-from .xspace_schema import XEvent, XSpaceIndexView
+from .xspace_schema import XEventScalarsView, XEventView, XSpaceIndexView
 
 COUNTERS_LINE = "_counters_"
 HOST_PID = 701
@@ -38,6 +44,9 @@ OTHER_PID = 1001
 _PAD = 32  # zero bytes after the payloads: every varint read ends inside the buffer
 _BIG_BYTES = 32
 _CHUNK = 1 << 18  # events decoded per task
+_WRITE_CHUNK = 1 << 15  # events formatted per block written
+ERROR_KEY = "tb_reduce.error"
+_MAX_STATS = 100_000  # per event: more is no profiler's output, and parsing them would stall a request
 _THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -99,6 +108,7 @@ def _long_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndar
 # What the index needs; other fields (stats, num_occurrences) are read per kept event.
 EVENT_FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps"}
 _VALID_WIRE = np.array([True, True, True, False, False, True, False, False])
+_VECTOR_ROUNDS, _FEW_EVENTS = 64, 64  # past this many rounds, this few events left are read by upb
 _MAX_FIELD = max(EVENT_FIELDS)
 
 
@@ -112,6 +122,11 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     events still active. Fields may come in any order, unknown fields are skipped,
     and an event whose fields overrun its bytes is reported as corrupt rather than
     read past.
+
+    A round costs tens of µs however few events are left, so the last few events
+    of a line with a giant one (a million stats) would take a round per field: once
+    few remain after many rounds, upb reads each of those whole in C instead
+    (`_scalars_by_upb`).
     """
     n = len(starts)
     # One row per field number up to 3; other numbers land in row 0 and are ignored.
@@ -119,7 +134,12 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     win = _windows(buf)
     live = np.flatnonzero(starts < ends)
     p, end = starts[live].astype(np.int64), ends[live].astype(np.int64)
+    rounds = 0
     while live.size:
+        rounds += 1
+        if rounds > _VECTOR_ROUNDS and live.size <= _FEW_EVENTS:
+            _scalars_by_upb(buf, starts, ends, live, rows)
+            break
         tag = buf[p]
         if (tag & 0x80).any():  # field numbers over 15: rare
             wide, p = _varints(buf, p, win)
@@ -155,6 +175,22 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     return {name: rows[num] for num, name in EVENT_FIELDS.items()}  # views: rows stays alive, 25 % unused
 
 
+def _scalars_by_upb(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, live: np.ndarray,
+                    rows: np.ndarray) -> None:
+    """The scalar fields of the few events `live`, each parsed whole by upb.
+
+    `XEventScalarsView` declares only fields 1-3, so stats stay unknown fields (raw
+    bytes, never objects) and a field of another wire type is skipped, as in the
+    rounds; the whole event is read again, so the last value of a field wins.
+    """
+    for k in live.tolist():
+        try:
+            ev = XEventScalarsView.FromString(buf[starts[k]:ends[k]].tobytes())
+        except DecodeError:
+            raise TraceError("corrupt XSpace: an event's fields do not parse") from None
+        rows[1, k], rows[2, k], rows[3, k] = ev.metadata_id, ev.offset_ps, ev.duration_ps
+
+
 def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """`decode_event_columns` for many lines, in chunks of events decoded on threads.
 
@@ -187,6 +223,11 @@ def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list
 # ---------------------------------------------------------------- stats
 
 
+def as_text(raw: bytes) -> str:
+    """A `string` field read as bytes (`xspace_schema`), as text: the one rule."""
+    return raw.decode("utf-8", "replace")
+
+
 def _stat_value(stat: Any, stat_names: dict[int, str]) -> Any:
     kind = stat.WhichOneof("value")
     if kind is None:
@@ -196,7 +237,25 @@ def _stat_value(stat: Any, stat_names: dict[int, str]) -> Any:
     if kind == "bytes_value":
         raw = stat.bytes_value
         return raw.hex() if len(raw) <= _BIG_BYTES else f"<{len(raw)} bytes>"
+    if kind == "str_value":
+        return as_text(stat.str_value)
     return getattr(stat, kind)
+
+
+def parse_event(payload: bytes) -> tuple[Any, str]:
+    """One event's full message (`XEventView`), or None and why not.
+
+    The index decodes only an event's scalar fields, so damaged stats surface
+    here, for one kept event: they must mark that event, not fail the whole trace.
+    A giant event is not parsed at all: each stat costs a 0x22 tag byte, so the
+    count of those bytes bounds the stats at C speed.
+    """
+    if payload.count(b"\x22") > _MAX_STATS:
+        return None, "event has too many stats to decode"
+    try:
+        return XEventView.FromString(payload), ""
+    except DecodeError:
+        return None, "corrupt XSpace event: its stats do not parse"
 
 
 def stats_dict(stats: Any, stat_names: dict[int, str], into: Optional[dict] = None) -> dict:
@@ -265,9 +324,11 @@ class XSpaceTrace:
         if not rest.size:
             return
         which = np.searchsorted(self.line_first, rest, side="right") - 1
-        bounds = np.flatnonzero(np.diff(which)) + 1
+        # A chunk per line, and at most `_WRITE_CHUNK` events each: the formatted events of
+        # a whole line (millions at level 0) are never held at once.
+        bounds = np.union1d(np.flatnonzero(np.diff(which)) + 1, np.arange(_WRITE_CHUNK, len(rest), _WRITE_CHUNK))
         done = 0
-        for chunk in np.split(np.arange(len(rest)), bounds):
+        for chunk in np.split(np.arange(len(rest)), bounds.astype(np.int64)):
             line = self.lines[int(which[chunk[0]])]
             ids = rest[chunk]
             if level >= 3 and not line.counter:
@@ -306,30 +367,32 @@ class XSpaceTrace:
         ev["name"] = name
         if line.counter or level < 3:
             args = self.args(line, k)
-            if line.counter:
-                args = {key: v for key, v in args.items() if _number(v) is not None}
+            if line.counter:  # its values (and the mark of a damaged event)
+                args = {key: v for key, v in args.items() if _number(v) is not None or key == ERROR_KEY}
             if args:
                 ev["args"] = args
         return orjson.dumps(ev)
 
     def args(self, line: _Line, k: int) -> dict:
-        ev = XEvent.FromString(line.data[line.starts[k]:line.ends[k]])
+        ev, error = parse_event(line.data[line.starts[k]:line.ends[k]])
+        if ev is None:
+            return {ERROR_KEY: error}
         args = dict(line.plane.md_args.get(ev.metadata_id, {}))
         return stats_dict(ev.stats, line.plane.stat_names, args)
 
 
-def _plane_pids(planes: list[Any]) -> list[int]:
+def _plane_pids(names: list[str], ids: list[int]) -> list[int]:
     """pids as XProf assigns them where possible; unique in any case."""
     used: set[int] = set()
-    pids = [0] * len(planes)
-    host = sorted((p.name, i) for i, p in enumerate(planes) if p.name.startswith("/host:CPU"))
+    pids = [0] * len(names)
+    host = sorted((name, i) for i, name in enumerate(names) if name.startswith("/host:CPU"))
     wanted: dict[int, int] = {i: HOST_PID + r for r, (_, i) in enumerate(host)}
-    for i, p in enumerate(planes):
-        if i not in wanted and p.name.startswith(("/device:GPU:", "/device:TPU:")):
-            pid = FIRST_DEVICE_PID + p.id
+    for i, name in enumerate(names):
+        if i not in wanted and name.startswith(("/device:GPU:", "/device:TPU:")):
+            pid = FIRST_DEVICE_PID + ids[i]
             wanted[i] = pid if FIRST_DEVICE_PID <= pid <= LAST_DEVICE_PID else FIRST_DEVICE_PID
     nxt = OTHER_PID
-    for i in range(len(planes)):
+    for i in range(len(names)):
         pid = wanted.get(i)
         if pid is None or pid in used:
             while nxt in used:
@@ -374,26 +437,70 @@ class _Columns:
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
 
-def read_xspace(stream: TraceStream) -> XSpaceTrace:
-    """Parse a whole XSpace (protobuf cannot be streamed) into the event model."""
-    chunks = []
+# Memory per event while the events are located and decoded (positions, decoded fields,
+# columns and their assembly), and per counter sample kept in Python lists until built.
+_DECODE_BYTES_PER_EVENT = 160
+_COUNTER_BYTES = 200
+
+
+def read_xspace(stream: TraceStream, account: Any = None) -> XSpaceTrace:
+    """Parse a whole XSpace (protobuf cannot be streamed) into the event model.
+
+    With an `account` (see `budget`), every step charges what it is about to hold:
+    the file's bytes as they are read, what upb will build (bounded before it builds
+    it, by `xspace_shape.scan`: the structures above the events are counted, the
+    events bounded), and the per-event work of decoding them.
+    """
+    charges = _Charges(account)
+    chunks, total = [], 0
     while True:
         block = stream.read()
         if not block:
             break
+        charges.hold(len(block), "reading the XSpace")
         chunks.append(block)
+        total += len(block)
+    charges.hold(total + _PAD, "reading the XSpace")  # the join, while its parts still exist
     chunks.append(bytes(_PAD))
     data = b"".join(chunks)
     del chunks
+    charges.give(total)
     base = os.path.basename(stream.path)
+    try:
+        shape = xspace_shape.scan(data, len(data) - _PAD)
+    except TraceError as exc:
+        reason = str(exc)
+        if reason.startswith(xspace_shape.CORRUPT):  # the words upb's own refusal gets below
+            raise TraceError(f"not a valid XSpace: {base}: {reason[len(xspace_shape.CORRUPT):]}") from None
+        raise TraceError(f"{base}: {reason}") from None
+    parse = shape.parse_bytes()
+    charges.hold(parse, "parsing the XSpace")
     try:
         space = XSpaceIndexView.FromString(memoryview(data)[:-_PAD])
     except DecodeError as exc:
         raise TraceError(f"not a valid XSpace: {base}: {exc}") from None
+    events = sum(len(line.events) for plane in space.planes for line in plane.lines)
+    charges.hold(_DECODE_BYTES_PER_EVENT * events, "decoding its events")
     file = _File(data)
     gathered = _gather(space, file)
     del space  # upb's copy of every event: freed before the decoding allocates
-    return _build(gathered, base)
+    charges.give(parse)
+    return _build(gathered, base, charges)
+
+
+class _Charges:
+    """Charges to an optional account (a parse without a budget charges nothing)."""
+
+    def __init__(self, account: Any) -> None:
+        self.account = account
+
+    def hold(self, n: int, what: str) -> None:
+        if self.account is not None:
+            self.account.charge(n, what)
+
+    def give(self, n: int) -> None:
+        if self.account is not None:
+            self.account.release(n)
 
 
 class _File:
@@ -475,12 +582,13 @@ def _gather(space: Any, file: _File) -> _Gathered:
     meta_rows: list[tuple[tuple, str]] = []
     planes_info: list[dict] = []
     planes = list(space.planes)
-    pids = _plane_pids(planes)
+    plane_names = [as_text(p.name) for p in planes]
+    pids = _plane_pids(plane_names, [p.id for p in planes])
     pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
     located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]] = []
-    for plane, pid in zip(planes, pids):
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-        info: dict[str, Any] = {"name": plane.name, "id": plane.id}
+    for plane, plane_name, pid in zip(planes, plane_names, pids):
+        stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
+        info: dict[str, Any] = {"name": plane_name, "id": plane.id}
         pstats = stats_dict(plane.stats, stat_names)
         if pstats:
             info["stats"] = pstats
@@ -494,20 +602,20 @@ def _gather(space: Any, file: _File) -> _Gathered:
         md_ids, md_names = [], []
         for mid, md in plane.event_metadata.items():
             md_ids.append(mid)
-            shown = md.display_name or md.name
-            md_names.append(shown)
+            name, display = as_text(md.name), as_text(md.display_name)
+            md_names.append(display or name)
             args: dict[str, Any] = {}
-            if md.display_name and md.name and md.display_name != md.name:
-                args["long_name"] = md.name
+            if md.display_name and md.name and md.display_name != md.name:  # the bytes differ
+                args["long_name"] = name
             stats_dict(md.stats, stat_names, args)
             if args:
                 md_args[mid] = args
-        pl = _Plane(plane.name, pid, stat_names, md_args)
+        pl = _Plane(plane_name, pid, stat_names, md_args)
         order = np.argsort(np.asarray(md_ids, dtype=np.int64), kind="stable")
         pl_ids = np.asarray(md_ids, dtype=np.int64)[order]
         pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
         meta_rows.append(((pid, None), "process_name"))
-        meta_json.append(_meta("process_name", pid, None, {"name": plane.name}))
+        meta_json.append(_meta("process_name", pid, None, {"name": plane_name}))
         meta_rows.append(((pid, None), "process_sort_index"))
         meta_json.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
         used_tids: set[int] = set()
@@ -516,10 +624,10 @@ def _gather(space: Any, file: _File) -> _Gathered:
             while tid in used_tids:
                 tid = (tid + 1) & 0xFFFFFFFF
             used_tids.add(tid)
-            counter = ln.name == COUNTERS_LINE
+            counter = ln.name == COUNTERS_LINE.encode()
             if not counter:
                 meta_rows.append(((pid, tid), "thread_name"))
-                meta_json.append(_meta("thread_name", pid, tid, {"name": ln.display_name or ln.name}))
+                meta_json.append(_meta("thread_name", pid, tid, {"name": as_text(ln.display_name or ln.name)}))
                 meta_rows.append(((pid, tid), "thread_sort_index"))
                 meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
             pending.append((ln.timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names))
@@ -527,7 +635,7 @@ def _gather(space: Any, file: _File) -> _Gathered:
     return _Gathered(names, meta_json, meta_rows, pending, located, _space_info(space, planes_info), len(planes))
 
 
-def _build(g: _Gathered, base: str) -> XSpaceTrace:
+def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpaceTrace:
     names, meta_json, meta_rows = g.names, g.meta_json, g.meta_rows
     tracks = Interner()
     cols = _Columns()
@@ -561,6 +669,8 @@ def _build(g: _Gathered, base: str) -> XSpaceTrace:
         line = _Line(first, pl, pid, tid, counter, data, starts, ends)
         if counter:
             dur[:] = NAN
+            if charges is not None:
+                charges.hold(_COUNTER_BYTES * n, "its counter samples")
             for k in range(n):
                 for key, value in _counter_values(line, k):
                     c_event.append(first + k)
@@ -605,8 +715,11 @@ def _build(g: _Gathered, base: str) -> XSpaceTrace:
 
 
 def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
+    ev, _ = parse_event(line.data[line.starts[k]:line.ends[k]])
+    if ev is None:  # damaged: no samples (its written event says why)
+        return []
     out = []
-    for key, v in stats_dict(XEvent.FromString(line.data[line.starts[k]:line.ends[k]]).stats, line.plane.stat_names).items():
+    for key, v in stats_dict(ev.stats, line.plane.stat_names).items():
         x = _number(v)
         if x is not None:
             out.append((key, x))
@@ -614,9 +727,9 @@ def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
 
 
 def _space_info(space: Any, planes: list[dict]) -> dict:
-    info: dict[str, Any] = {"hostnames": list(space.hostnames), "planes": planes}
+    info: dict[str, Any] = {"hostnames": [as_text(h) for h in space.hostnames], "planes": planes}
     if len(space.errors):
-        info["errors"] = list(space.errors)
+        info["errors"] = [as_text(e) for e in space.errors]
     if len(space.warnings):
-        info["warnings"] = list(space.warnings)
+        info["warnings"] = [as_text(w) for w in space.warnings]
     return info

@@ -4,10 +4,15 @@ Built from a `FileDescriptorProto` at import time, so neither `protoc` nor XProf
 nor TensorFlow is needed: message names, field names and numbers are public facts
 of the format. The classes run on protobuf's C parser (upb).
 
-Two views of the same bytes:
-- `XSpace` and friends: the full schema, used for metadata and, one event at a
-  time, for the stats of the events a reduction keeps.
-- `XSpaceIndexView`: identical, except that a line's events are read as `bytes`.
+Three views of the same bytes:
+- `XSpace` and friends: the schema as XProf writes it (text as `string`), for
+  writing XSpaces (tests) and nothing the reader parses.
+- `XSpaceView` and friends (`XEventView` …): identical, except that every `string`
+  is read as `bytes` (the same wire format). upb validates the UTF-8 of proto3
+  strings and refuses the whole message at one bad byte; read as bytes, text is
+  decoded where it becomes text with the one rule every input follows here,
+  `bytes.decode("utf-8", "replace")`. `XEventView` gives a kept event's stats.
+- `XSpaceIndexView`: `XSpaceView`, except that a line's events are read as `bytes`.
   upb then walks the file in C and hands each event over as its raw payload, which
   `xspace.decode_event_columns` decodes for millions of events at once in numpy;
   a Python attribute walk over them would cost ~4x more time and ~2x the memory.
@@ -80,17 +85,21 @@ _MESSAGES: list[tuple[str, list[tuple]]] = [
     ]),
 ]
 _MAPS = {"XPlane": [("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata")]}
-# The index view: these messages again, under other names, with events as raw bytes.
+# The text-as-bytes view: every message again, under other names, strings as bytes.
+_TEXT_VIEW = {name: name + "View" for name, _ in _MESSAGES}
+# The index view: the text view, except that a line's events are raw bytes.
 _VIEW = {"XSpace": "XSpaceIndexView", "XPlane": "XPlaneIndexView", "XLine": "XLineIndexView"}
 
 
 def _add_message(fd: descriptor_pb2.FileDescriptorProto, name: str, fields: list[tuple], rename: dict[str, str],
-                 raw_events: bool) -> None:
+                 raw_events: bool, text_as_bytes: bool = False) -> None:
     m = fd.message_type.add(name=rename.get(name, name))
     oneofs: list[str] = []
     for fname, number, ftype, label, type_name, oneof in fields:
         if raw_events and name == "XLine" and fname == "events":
             ftype, type_name = _BYTES, None
+        if text_as_bytes and ftype == _STR:
+            ftype = _BYTES
         f = m.field.add(name=fname, number=number, type=ftype, label=label)
         if type_name:
             head, _, tail = type_name.partition(".")
@@ -104,7 +113,7 @@ def _add_message(fd: descriptor_pb2.FileDescriptorProto, name: str, fields: list
         e = m.nested_type.add(name=entry)
         e.options.map_entry = True
         e.field.add(name="key", number=1, type=_I64, label=_OPT)
-        e.field.add(name="value", number=2, type=_MSG, label=_OPT, type_name=f".{PACKAGE}.{value}")
+        e.field.add(name="value", number=2, type=_MSG, label=_OPT, type_name=f".{PACKAGE}.{rename.get(value, value)}")
 
 
 def _file() -> descriptor_pb2.FileDescriptorProto:
@@ -112,8 +121,15 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     for name, fields in _MESSAGES:
         _add_message(fd, name, fields, {}, raw_events=False)
     for name, fields in _MESSAGES:
+        _add_message(fd, name, fields, _TEXT_VIEW, raw_events=False, text_as_bytes=True)
+    for name, fields in _MESSAGES:
         if name in _VIEW:
-            _add_message(fd, name, fields, _VIEW, raw_events=True)
+            _add_message(fd, name, fields, {**_TEXT_VIEW, **_VIEW}, raw_events=True, text_as_bytes=True)
+    # An event's scalars only: its stats (field 4) stay unknown fields, raw bytes that
+    # upb skips in C, so a giant event's scalars are read without building its stats.
+    m = fd.message_type.add(name="XEventScalarsView")
+    for fname, number in (("metadata_id", 1), ("offset_ps", 2), ("duration_ps", 3)):
+        m.field.add(name=fname, number=number, type=_I64, label=_OPT)
     return fd
 
 
@@ -132,4 +148,10 @@ XEvent = _cls("XEvent")
 XStat = _cls("XStat")
 XEventMetadata = _cls("XEventMetadata")
 XStatMetadata = _cls("XStatMetadata")
+XSpaceView = _cls("XSpaceView")
+XPlaneView = _cls("XPlaneView")
+XLineView = _cls("XLineView")
+XEventView = _cls("XEventView")
+XStatView = _cls("XStatView")
 XSpaceIndexView = _cls("XSpaceIndexView")
+XEventScalarsView = _cls("XEventScalarsView")

@@ -144,3 +144,74 @@ def test_a_file_that_inflates_past_the_limit_is_refused(tmp_path: Path) -> None:
 def test_a_missing_file_gives_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot open"):
         TraceStream(tmp_path / "nope.json")
+
+
+# ---- long runs of whitespace and separators (issue 9, finding 6) ------------------------
+
+MB = 1_000_000
+
+
+def read_gz(tmp_path: Path, data: bytes) -> tuple[list, ChromeJsonReader]:
+    """Read gzipped `data` whole; no ratio limit: runs of one byte compress ~1000x."""
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(data, 1))
+    with TraceStream(p, max_ratio=None) as stream:
+        reader = ChromeJsonReader(stream)
+        got = [json.loads(bytes(r)) for block in reader.blocks(raw_list) for r in block]
+    return got, reader
+
+
+def _two() -> tuple[bytes, bytes]:
+    a, b = events(2)
+    return json.dumps(a).encode(), json.dumps(b).encode()
+
+
+@pytest.mark.parametrize("gap", [b"," + b" " * (100 * MB), b" " * (20 * MB) + b",\n", b"," * (10 * MB),
+                                 b"\n,\t" * (5 * MB)],
+                         ids=["100MB-spaces", "20MB-spaces-before-the-comma", "10M-commas", "mixed"])
+def test_a_huge_run_of_whitespace_or_commas_between_two_events_is_skipped(tmp_path: Path, gap: bytes) -> None:
+    a, b = _two()
+    got, reader = read_gz(tmp_path, b'{"traceEvents":[' + a + gap + b + b'],"k":1}')
+    assert got == events(2) and reader.metadata == {"k": 1} and not reader.truncated
+
+
+def test_huge_runs_around_top_level_keys_and_at_the_end_of_a_truncated_file_are_skipped(tmp_path: Path) -> None:
+    a, b = _two()
+    ws = b" " * (20 * MB)
+    data = (b"\xef\xbb\xbf" + ws + b"{" + ws + b'"traceEvents":[' + ws + a + b"," + b + b"]" + b"," * (10 * MB)
+            + b'"k":' + ws + b'1,"l":[' + ws + b"2]" + ws + b"}")
+    got, reader = read_gz(tmp_path, data)
+    assert got == events(2) and reader.metadata == {"k": 1, "l": [2]} and not reader.truncated
+    got, reader = read_gz(tmp_path, b"[" + a + b"," + b + b"," + ws * 5)
+    assert got == events(2) and reader.truncated
+
+
+@pytest.mark.parametrize("block_size", [64, 1 << 20])
+def test_runs_of_commas_between_events_are_skipped_wherever_the_blocks_fall(tmp_path: Path, block_size: int) -> None:
+    """The reader always skipped commas where a block starts; inside a block they are
+    skipped too, so what is read does not depend on where blocks are cut."""
+    evs = events(40)
+    body = b"".join(json.dumps(e).encode() + (b",,\n," if k % 3 else b" ,") for k, e in enumerate(evs))
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents":[,' + body + b'],"x":2}')
+    got, reader = read_all(p, block_size)
+    assert got == evs and reader.metadata == {"x": 2}
+
+
+def test_two_events_without_a_comma_between_them_are_still_malformed(tmp_path: Path) -> None:
+    a, b = _two()
+    p = tmp_path / "t.json"
+    p.write_bytes(b"[" + a + b" " * 100 + b + b"]")
+    with pytest.raises(TraceError, match="malformed JSON"):
+        read_all(p)
+
+
+def test_two_events_without_a_comma_are_malformed_even_across_a_long_run_of_spaces(tmp_path: Path) -> None:
+    """A run longer than a block is skipped after the block's last event: the next
+    byte must still be a comma (or the end of the list)."""
+    a, b = _two()
+    for run in (100, 40 * MB):  # in one block, and across blocks
+        with pytest.raises(TraceError, match="malformed JSON in the event list"):
+            read_gz(tmp_path, b"[" + a + b" " * run + b + b"]")
+        got, _ = read_gz(tmp_path, b"[" + a + b" " * run + b"]")
+        assert got == events(2)[:1]

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.pipeline import reduce_to_bytes
+from tb_reduce_plugin.reduction import MIN_WINDOW_US
 from tests.reference_checker import RESOLUTION, SUMMARY_CAT, check_reduction, load_trace
 
 # ----------------------------------------------------------------- generators
@@ -187,7 +188,7 @@ def cases(draw: Callable) -> dict[str, Any]:
             lo, hi = times[0], times[-1]
             a = lo + (hi - lo) * draw(st.floats(-0.1, 0.9))
             b = a + (hi - lo) * draw(st.floats(0.01, 0.6))
-        if a < b:
+        if b - a >= MIN_WINDOW_US:  # narrower windows are refused (check_window), not reduced
             case["window"] = (a, b)
     return case
 

@@ -84,6 +84,28 @@ def test_fields_in_any_order_with_unknown_fields_and_extreme_values_decode_like_
         assert got["duration_ps"][k] == ev.duration_ps, k
 
 
+def test_events_with_thousands_of_fields_beside_small_ones_decode_like_protobuf() -> None:
+    """A round per field would make one giant event cost seconds; past a number of
+    rounds the few events left are read whole by upb, with the same results."""
+    stats = field(4, field(1, 2) + field(5, b"s")) * 5000
+    payloads = [
+        field(1, 5) + stats + field(1, 7) + field(2, -3) + stats + field(3, 9),  # the last metadata_id wins
+        field(1, 1) + field(2, 10) + field(3, 20),
+        field(3, 4) + field(2, b"wrong wire type: skipped") + stats + field(5, 12),
+    ] * 3
+    got = decode(payloads)
+    for k, raw in enumerate(payloads):
+        ev = XEvent.FromString(raw)
+        assert (got["metadata_id"][k], got["offset_ps"][k], got["duration_ps"][k]) == (
+            ev.metadata_id, ev.offset_ps, ev.duration_ps), k
+
+
+def test_a_giant_event_with_a_broken_field_is_refused() -> None:
+    payload = field(1, 5) + field(4, b"x") * 5000 + varint(4 << 3 | 2) + varint(50) + b"short"
+    with pytest.raises(TraceError, match="corrupt XSpace"):
+        decode([payload, field(1, 1)])
+
+
 @pytest.mark.parametrize(
     "payload",
     [
