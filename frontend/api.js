@@ -31,8 +31,42 @@ async function errorFrom(response) {
   return new HttpError(response.status, message);
 }
 
+/** How long to wait before asking again, from a 503's `Retry-After` (seconds), bounded. */
+export function retryDelayMs(response, attempt) {
+  const said = Number.parseFloat(response.headers.get('Retry-After') || '');
+  const seconds = Number.isFinite(said) && said > 0 ? said : 2 ** attempt;
+  return Math.min(30, seconds) * 1000;
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    if (signal) {
+      signal.addEventListener('abort', () => {
+        clearTimeout(timer);
+        reject(new DOMException('aborted', 'AbortError'));
+      }, {once: true});
+    }
+  });
+}
+
+/**
+ * `fetch`, asking again when the server answers 503 (busy: too many computations at
+ * once, or its memory is taken by other requests) after the `Retry-After` it gives,
+ * a few times, then giving up with the server's own message.
+ */
+export async function fetchPatiently(url, {signal, attempts = 6, onWait} = {}) {
+  for (let attempt = 0; ; attempt++) {
+    const response = await fetch(url, {signal});
+    if (response.status !== 503 || attempt + 1 >= attempts) return response;
+    const ms = retryDelayMs(response, attempt);
+    if (onWait) onWait(ms);
+    await sleep(ms, signal);
+  }
+}
+
 export async function getJson(path, params, signal) {
-  const response = await fetch(routeUrl(path, params), {signal});
+  const response = await fetchPatiently(routeUrl(path, params), {signal});
   if (!response.ok) throw await errorFrom(response);
   return response.json();
 }
@@ -44,7 +78,7 @@ export async function getJson(path, params, signal) {
  * never need to be held twice.
  */
 export async function fetchText(url, {signal, onProgress} = {}) {
-  const response = await fetch(url, {signal});
+  const response = await fetchPatiently(url, {signal});
   if (!response.ok) throw await errorFrom(response);
   if (!response.body || !response.body.getReader) {
     const text = await response.text();

@@ -11,8 +11,14 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `index.js` and `static/…` — the dashboard (plain ES modules from `frontend/`)
 
 Errors are JSON `{"error": "…"}`: 400 bad parameter, 404 unknown run, host or
-event, 413 input over the limit, 422 unreadable file (with the reason), 500 for
-anything else — never a traceback.
+event (or a file that changed since it was listed), 413 input over the limit or
+needing more memory than `--tb_reduce_memory_mb`, 422 unreadable file (with the
+reason), 503 with `Retry-After` when the server is busy, 500 for anything else —
+never a traceback. This module alone maps the service's domain errors to statuses.
+
+Reduced traces are streamed from the disk cache (or, when it cannot be written, from
+memory counted against the budget), gzip as stored; a client that does not accept
+gzip gets it inflated on the fly.
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ import math
 import mimetypes
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
+from isal import isal_zlib
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from .errors import TraceError
-from .pipeline import parse_level
-from .service import RequestError, TraceService, default_cache_dir
+from .budget import BudgetBusy, OverBudget
+from .cache import Body
+from .errors import FileChanged, InflationLimit, InputTooLarge, TraceError
+from .gate import ServerBusy
+from .pipeline import check_window, parse_level
+from .service import NotFound, TraceService, default_cache_dir
 
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
@@ -49,6 +59,15 @@ def frontend_dir() -> Path:
 
 
 Handler = Callable[[wrappers.Request], wrappers.Response]
+
+
+class RequestError(Exception):
+    """A bad request parameter (400), or a refusal this module decides itself."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = " ".join(str(message).split())
 
 
 def _json(request: wrappers.Request, obj: Any, code: int = 200, headers: Optional[list] = None) -> wrappers.Response:
@@ -96,8 +115,10 @@ def view_params(request: wrappers.Request) -> tuple[str, str, Any, Optional[floa
     start, end = _float_param(request, "start_us"), _float_param(request, "end_us")
     if (start is None) != (end is None):
         raise RequestError(400, "give both start_us and end_us, or neither")
-    if start is not None and end is not None and not start < end:
-        raise RequestError(400, f"start_us must be below end_us (got {start} and {end})")
+    try:
+        check_window(start, end)
+    except TraceError as exc:
+        raise RequestError(400, str(exc)) from None
     return run, host, level, start, end
 
 
@@ -148,8 +169,19 @@ class TraceReducePlugin(base_plugin.TBPlugin):
                 return fn(request)
             except RequestError as exc:
                 return _error(request, exc.status, exc.message)
+            except (NotFound, FileChanged) as exc:
+                return _error(request, 404, str(exc))
+            except (InputTooLarge, InflationLimit, OverBudget) as exc:
+                return _error(request, 413, str(exc))
+            except ServerBusy as exc:
+                return _busy(request, str(exc), exc.retry_after_s)
+            except BudgetBusy as exc:
+                return _busy(request, str(exc), self.service.gate.retry_after())
             except TraceError as exc:
                 return _error(request, 422, str(exc))
+            except MemoryError:
+                log.warning("tb_reduce: %s ran out of memory", request.path)
+                return _busy(request, "the server ran out of memory for this request; try again", 10)
             except Exception:
                 log.exception("tb_reduce: %s failed", request.path)
                 return _error(request, 500, "internal error in tb_reduce; the server log has the details")
@@ -160,29 +192,38 @@ class TraceReducePlugin(base_plugin.TBPlugin):
     def _runs(self, request: wrappers.Request) -> wrappers.Response:
         return _json(request, self.service.runs())
 
-    def _reduction(self, request: wrappers.Request):
+    def _view_request(self, request: wrappers.Request) -> tuple[str, str, Any, Optional[float], Optional[float], bool]:
         run, host, level, start, end = view_params(request)
         args = request.args.get("args", "1")
         if args not in ("0", "1"):
             raise RequestError(400, f"parameter 'args' must be 0 or 1, not {args[:40]!r}")
-        return self.service.reduction(run, host, level, start, end, drop_args=args == "0")
+        return run, host, level, start, end, args == "0"
 
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
-        r = self._reduction(request)
+        run, host, level, start, end, drop_args = self._view_request(request)
         download = request.args.get("download") in ("1", "true")
-        etag = f'"{r.etag}{"-d" if download else ""}"'
+        # The ETag names the file as listed and the view asked; reductions are deterministic,
+        # so a revalidation is answered without computing or reading anything.
+        tag = self.service.etag(run, host, level, start, end, drop_args)
+        etag = f'"{tag}{"-d" if download else ""}"'
         # Responses made here, not by `Respond`, carry the headers TensorBoard's security validator requires.
         if etag in request.headers.get("If-None-Match", ""):
             return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
-        headers = [("ETag", etag), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
+        r = self.service.reduction(run, host, level, start, end, drop_args=drop_args)
+        assert r.body is not None
+        headers = [("ETag", f'"{r.etag}{"-d" if download else ""}"'), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
         if download:
-            name = _download_name(request.args.get("host", "trace"), r.stats)
-            headers += [("Content-Disposition", f'attachment; filename="{name}"'), ("X-Content-Type-Options", "nosniff")]
-            return wrappers.Response(r.gz, content_type="application/gzip", headers=headers)
-        return http_util.Respond(request, r.gz, "application/json", content_encoding="gzip", headers=headers)
+            name = _download_name(host, r.stats)
+            headers.append(("Content-Disposition", f'attachment; filename="{name}"'))
+            return _stream(r.body, "application/gzip", headers, gzip=False)
+        gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "").lower()
+        return _stream(r.body, "application/json", headers, gzip=gzip_ok,
+                       inflated_length=None if gzip_ok else r.stats["output"]["json_bytes"])
 
     def _stats(self, request: wrappers.Request) -> wrappers.Response:
-        return _json(request, self._reduction(request).stats)
+        run, host, level, start, end, drop_args = self._view_request(request)
+        return _json(request, self.service.reduction(run, host, level, start, end, drop_args=drop_args,
+                                                     with_body=False).stats)
 
     def _event(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")
@@ -221,6 +262,45 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         if name.endswith(".js"):
             mime = "text/javascript"
         return http_util.Respond(request, body, mime)
+
+
+def _busy(request: wrappers.Request, message: str, retry_after_s: int) -> wrappers.Response:
+    """503 with `Retry-After`: the dashboard waits that long and asks again."""
+    return _json(request, {"error": message}, code=503, headers=[("Retry-After", str(int(retry_after_s)))])
+
+
+def _stream(body: Body, content_type: str, headers: list, gzip: bool,
+            inflated_length: Optional[int] = None) -> wrappers.Response:
+    """A response that reads its body chunk by chunk from the cache: never whole in memory.
+
+    `inflated_length` (the JSON's size, from the stats): send the body inflated, for a
+    client that does not take gzip."""
+    headers = list(headers) + [
+        ("X-Content-Type-Options", "nosniff"),
+        ("Expires", "0"),
+        ("Cache-Control", "no-cache, must-revalidate"),
+    ]
+    if inflated_length is not None:
+        chunks: Iterator[bytes] = _inflated(body.chunks())
+        headers.append(("Content-Length", str(inflated_length)))
+    else:
+        chunks = body.chunks()
+        headers.append(("Content-Length", str(body.length)))
+        if gzip:
+            headers.append(("Content-Encoding", "gzip"))
+    return wrappers.Response(chunks, content_type=content_type, headers=headers, direct_passthrough=True)
+
+
+def _inflated(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Gzip chunks inflated as they stream, for the rare client without gzip."""
+    inflater = isal_zlib.decompressobj(31)
+    for chunk in chunks:
+        out = inflater.decompress(chunk)
+        if out:
+            yield out
+    tail = inflater.flush()
+    if tail:
+        yield tail
 
 
 class _NotModified(wrappers.Response):

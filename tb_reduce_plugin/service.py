@@ -1,45 +1,57 @@
-"""Serving reduced traces from a logdir: discovery + index cache + reduction cache.
+"""Serving reduced traces from a logdir: discovery + index cache + reduction cache, bounded.
 
-Everything the plugin routes need, without HTTP: find the file a (run, host)
-names, refuse it if it is over the input limit (before reading it), parse it once
-into an index kept in memory (LRU, bounded) for every level and window asked of
-it, and keep each reduction on disk (LRU, bounded) under a key of the file's
-identity (path, size, mtime), level, window and format version. Concurrent
-requests for one key compute it once.
+Everything the plugin routes need, without HTTP: find the file a (run, host) names,
+open exactly that file (its device and inode as listed, a regular file, under the
+input limit as opened), parse it once into an index kept in memory for every level
+and window asked of it, and keep each reduction on disk, streamed back from there.
+Concurrent requests for one key compute it once.
+
+Bounds, because a profiling server is shared by a team and reads logdirs other
+people's jobs write into:
+- memory: one budget (`--tb_reduce_memory_mb`) for everything — parses in progress,
+  parsed indexes, reductions being planned and written, bodies that could not go to
+  disk. A trace that needs more fails with `OverBudget`; a request that finds the
+  memory taken by others with `BudgetBusy`.
+- computations: a gate lets a few run (sized from the cores and the budget) and a few
+  wait; the rest get `ServerBusy` at once. Cached reductions, the run list and warm
+  event look-ups never pass through it.
+
+Errors are domain errors (`NotFound` here, the `TraceError` family from the readers,
+`ServerBusy` from the gate); `plugin.py` alone turns them into HTTP statuses.
 """
 
 from __future__ import annotations
 
-import io
+import gc
 import json
 import logging
 import os
+import sys
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Optional
 
 from . import FORMAT_VERSION
-from .cache import DiskCache, MemoryLRU, SingleFlight, key_digest
+from .budget import MB, Account, MemoryBudget, release_free_memory, return_large_blocks
+from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
-from .errors import TraceError
-from .pipeline import Level, TraceIndex, event_json, index_file, reduce_index
+from .errors import FileChanged, InputTooLarge, TraceError
+from .gate import ComputeGate, default_workers
+from .pipeline import Level, TraceIndex, check_window, event_json, index_file, reduce_index
+from .reduction import prepared_bytes
 
 log = logging.getLogger(__name__)
-MB = 1024 * 1024
 
 
-class RequestError(Exception):
-    """An error with the HTTP status it maps to and a one-line message for the user."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = " ".join(str(message).split())
+class NotFound(Exception):
+    """No such run, host or event (the message says which)."""
 
 
 @dataclass
 class Reduction:
-    gz: bytes  # the reduced trace, gzip
+    body: Optional[Body]  # the reduced trace, gzip; None when only the stats were asked and were cached
     stats: dict
     etag: str
 
@@ -50,47 +62,47 @@ def default_cache_dir() -> str:
 
 
 def index_bytes(index: TraceIndex) -> int:
-    """Memory an index holds: its columns, strings and, for XSpace, the file."""
+    """Memory an index holds: its columns, strings, the planning state prepared on
+    it and, for XSpace, the file's bytes."""
     t = index.table
     arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
               t.counter_event, t.counter_series, t.counter_value)
-    n = sum(a.nbytes for a in arrays) + 60 * (len(t.names) + len(t.tracks))
-    n += 40 * len(t)  # slices, order and depth, built on first use
-    source = index.source
-    lines = getattr(source, "lines", None)
+    n = sum(a.nbytes for a in arrays)
+    n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
+    n += prepared_bytes(t)
+    lines = getattr(index.source, "lines", None)
     if lines:
         shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
         n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
     return n
 
 
-def estimated_index_bytes(tf: TraceFile) -> int:
-    """What parsing `tf` will hold, from its size alone (measured: an XSpace index is
-    about 1.5x its file; a Chrome index ~150 B an event, about half its JSON or 5x
-    its gzip)."""
-    if tf.format == "xspace":
-        return int(tf.bytes * 1.5)
-    return tf.bytes * 5 if tf.path.endswith(".gz") else tf.bytes // 2
-
-
 class TraceService:
     def __init__(self, logdir: str, cache_dir: Optional[str] = None, cache_mb: float = 1024,
-                 max_input_mb: float = 4096, memory_mb: float = 2048) -> None:
+                 max_input_mb: float = 4096, memory_mb: float = 2048, workers: Optional[int] = None,
+                 max_waiting: int = 32, wait_s: float = 60.0) -> None:
         self.catalog = Catalog(logdir)
         cache_dir = cache_dir or default_cache_dir()
+        self.budget = MemoryBudget(int(memory_mb * MB))
+        return_large_blocks()  # what computations free goes back to the system (see budget)
         self.disk = DiskCache(cache_dir, int(cache_mb * MB))
-        # Compressed event blocks of Chrome traces being zoomed (see ChromeJsonEvents);
-        # leftovers of earlier processes go (a live one keeps its open file readable).
-        self.store_dir = os.path.join(cache_dir, "blocks")
-        if os.path.isdir(self.store_dir):
-            for name in os.listdir(self.store_dir):
-                if name.startswith(".blocks-"):
-                    try:
-                        os.unlink(os.path.join(self.store_dir, name))
-                    except OSError:
-                        pass
-        self.indexes: MemoryLRU[TraceIndex] = MemoryLRU(int(memory_mb * MB), index_bytes)
+        self.store_dir: Optional[str] = None
+        if self.disk.usable:
+            # Compressed event blocks of Chrome traces being zoomed (see ChromeJsonEvents);
+            # leftovers of earlier processes go (a live one keeps its open file readable).
+            self.store_dir = os.path.join(cache_dir, "blocks")
+            try:
+                for name in os.listdir(self.store_dir):
+                    if name.startswith(".blocks-"):
+                        try:
+                            os.unlink(os.path.join(self.store_dir, name))
+                        except OSError:
+                            pass
+            except OSError:
+                pass
+        self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
         self.flight = SingleFlight()
+        self.gate = ComputeGate(workers or default_workers(self.budget.limit), max_waiting, wait_s)
         self.max_input_bytes = int(max_input_mb * MB)
 
     # ---- discovery -----------------------------------------------------------
@@ -105,15 +117,34 @@ class TraceService:
         if tf is None:
             known = {f.run for f in self.catalog.files().values()}
             what = f"host {host!r} in run {run!r}" if run in known else f"run {run!r}"
-            raise RequestError(404, f"no trace for {what}")
+            raise NotFound(f"no trace for {what}")
         if tf.bytes > self.max_input_bytes:
-            raise RequestError(413, f"{os.path.basename(tf.path)} is {tf.bytes:,} bytes, over the input limit "
-                                    f"of {self.max_input_bytes:,} bytes (--tb_reduce_max_input_mb)")
+            raise InputTooLarge(f"{_name(tf)} is {tf.bytes:,} bytes, over the input limit "
+                                f"of {self.max_input_bytes:,} bytes (--tb_reduce_max_input_mb)",
+                                tf.bytes, self.max_input_bytes)
+        return tf
+
+    def _fresh(self, run: str, host: str, stale: TraceFile, why: FileChanged) -> TraceFile:
+        """After a `FileChanged`: list again, and give the file as it is now (or say it is gone)."""
+        self.catalog.invalidate()
+        try:
+            tf = self.trace_file(run, host)
+        except NotFound:
+            raise FileChanged(f"{why}; it is no longer listed: reload the run list") from None
+        if tf == stale:
+            raise FileChanged(f"{_name(stale)} is changing while it is read; try again when it is written")
         return tf
 
     # ---- index -----------------------------------------------------------------
-    def index(self, tf: TraceFile) -> TraceIndex:
-        key = ("index", tf.path, tf.bytes, tf.mtime_ns)
+    def _index_key(self, tf: TraceFile) -> tuple:
+        return ("index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns)
+
+    def warm_index(self, tf: TraceFile) -> Optional[TraceIndex]:
+        return self.indexes.get(self._index_key(tf))
+
+    def _index(self, tf: TraceFile) -> TraceIndex:
+        """The index of `tf`, parsed once; the caller holds a computation slot."""
+        key = self._index_key(tf)
         cached = self.indexes.get(key)
         if cached is not None:
             return cached
@@ -122,79 +153,162 @@ class TraceService:
             hit = self.indexes.get(key)
             if hit is not None:
                 return hit
-            # A file that changed replaces its older versions; then make room first.
-            self.indexes.discard_where(lambda k: k[1] == tf.path and k != key)
-            self.indexes.reserve(estimated_index_bytes(tf))
+            self.indexes.discard_where(lambda k: k[1] == tf.path and k != key)  # older versions of the file
+            account = self.budget.account(f"reading {_name(tf)}")
             try:
                 idx = index_file(tf.path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
-                                 store_dir=self.store_dir)
-            except TraceError as exc:
-                raise RequestError(422, _naming(f"cannot read {os.path.basename(tf.path)}", exc, tf)) from None
-            except MemoryError:
-                raise RequestError(413, f"{os.path.basename(tf.path)} is too large to read in this server's memory") from None
+                                 store_dir=self.store_dir, expect=tf.identity(),
+                                 max_file_bytes=self.max_input_bytes, account=account)
+                if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes, tf.mtime_ns):
+                    raise FileChanged(f"{_name(tf)} changed since it was listed")
+                account.settle(index_bytes(idx), "the parsed trace")
+            except BaseException as exc:
+                account.close()
+                _let_go(exc)  # a refused parse gives its memory back to the system
+                raise
+            account.keep_until_collected(idx)
+            idx.extra["account"] = account
             self.indexes.put(key, idx)
             return idx
 
-        return self.flight.do(key, build)
+        try:
+            return self.flight.do(key, build)
+        except TraceError as exc:
+            raise _named(exc, tf, "cannot read") from None
+        except MemoryError:
+            raise TraceError(f"{_name(tf)} is too large to read in this server's memory") from None
 
     # ---- reductions --------------------------------------------------------------
     def reduction(self, run: str, host: str, level: Level, start_us: Optional[float],
-                  end_us: Optional[float], drop_args: bool = False) -> Reduction:
+                  end_us: Optional[float], drop_args: bool = False, with_body: bool = True) -> Reduction:
+        check_window(start_us, end_us)
         tf = self.trace_file(run, host)
-        key = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.bytes, tf.mtime_ns, level, start_us, end_us,
-               drop_args]
-        digest = key_digest(key)
-        stored = self.disk.get(digest)
-        if stored is not None:
-            found = _unpack(stored, digest, cached=True)
-            if found is not None:
-                return found
+        try:
+            return self._reduction(tf, level, start_us, end_us, drop_args, with_body)
+        except FileChanged as exc:
+            tf = self._fresh(run, host, tf, exc)
+            return self._reduction(tf, level, start_us, end_us, drop_args, with_body)
 
-        def compute() -> Reduction:
-            again = self.disk.get(digest)
-            if again is not None and (found := _unpack(again, digest, cached=True)) is not None:
-                return found
-            began = time.perf_counter()
-            idx = self.index(tf)
-            buf = io.BytesIO()
+    def etag(self, run: str, host: str, level: Level, start_us: Optional[float], end_us: Optional[float],
+             drop_args: bool = False) -> str:
+        """What names a reduction's bytes: the file as listed and the view asked (reductions
+        are deterministic), known without computing or reading anything."""
+        check_window(start_us, end_us)
+        return self._digest(self.trace_file(run, host), level, start_us, end_us, drop_args)[:32]
+
+    @staticmethod
+    def _digest(tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
+                drop_args: bool) -> str:
+        return key_digest(["trace", FORMAT_VERSION, "input_index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns,
+                           level, start_us, end_us, drop_args])
+
+    def _reduction(self, tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
+                   drop_args: bool, with_body: bool) -> Reduction:
+        digest = self._digest(tf, level, start_us, end_us, drop_args)
+        found = self._cached(digest, with_body)
+        if found is not None:
+            return found
+        return self.flight.do(("trace", digest), lambda: self._compute(tf, digest, level, start_us, end_us, drop_args))
+
+    def _cached(self, digest: str, with_body: bool) -> Optional[Reduction]:
+        entry = self.disk.open(digest, with_body)
+        if entry is None:
+            return None
+        try:
+            stats = json.loads(entry.meta)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return Reduction(entry.body, dict(stats, cached=True), digest[:32])
+
+    def _compute(self, tf: TraceFile, digest: str, level: Level, start_us: Optional[float],
+                 end_us: Optional[float], drop_args: bool) -> Reduction:
+        found = self._cached(digest, True)  # finished by another caller while this one queued for the flight
+        if found is not None:
+            return found
+        began = time.perf_counter()
+        with self.gate.slot(), self.budget.account(f"reducing {_name(tf)}") as account:
+            idx = self._index(tf)
+            spool = self.disk.spool(digest, self.budget)
             try:
-                stats = reduce_index(idx, buf, level, start_us, end_us, gzip=True, with_input_index=True,
-                                     drop_args=drop_args)
+                stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
+                                     drop_args=drop_args, account=account)
+                stats["timings_s"]["request"] = time.perf_counter() - began
+                stats["input"]["file"] = _name(tf)
+                body = spool.finish(json.dumps(stats, separators=(",", ":")).encode())
             except TraceError as exc:
-                raise RequestError(422, _naming(f"cannot reduce {os.path.basename(tf.path)}", exc, tf)) from None
-            stats["timings_s"]["request"] = time.perf_counter() - began
-            stats["input"]["file"] = os.path.basename(tf.path)
-            payload = _pack(stats, buf.getvalue())
-            self.disk.put(digest, payload)
-            return Reduction(buf.getvalue(), dict(stats, cached=False), digest[:32])
+                spool.abort()
+                _let_go(exc)
+                raise _named(exc, tf, "cannot reduce") from None
+            except BaseException as exc:
+                spool.abort()
+                _let_go(exc)
+                raise
+            finally:
+                self._settle_index(idx)
+        release_free_memory()
+        return Reduction(body, dict(stats, cached=False), digest[:32])
 
-        return self.flight.do(("trace", digest), compute)
+    def _settle_index(self, idx: TraceIndex) -> None:
+        """The first plan prepared its state on the table: the index's charge becomes exact."""
+        account = idx.extra.get("account")
+        if isinstance(account, Account):
+            try:
+                account.settle(index_bytes(idx), "the parsed trace and its planning state")
+            except TraceError:
+                pass  # it is already held; the estimate charged at parse time stands
 
+    # ---- single events -----------------------------------------------------------
     def event(self, run: str, host: str, i: int) -> bytes:
         tf = self.trace_file(run, host)
-        idx = self.index(tf)
+        try:
+            return self._event(tf, i)
+        except FileChanged as exc:
+            return self._event(self._fresh(run, host, tf, exc), i)
+
+    def _event(self, tf: TraceFile, i: int) -> bytes:
+        idx = self.warm_index(tf)
+        if idx is not None and getattr(idx.source, "has_store", True):
+            return self._event_of(idx, tf, i)  # in memory or one compressed block: cheap, no waiting
+        with self.gate.slot():
+            return self._event_of(self._index(tf), tf, i)
+
+    def _event_of(self, idx: TraceIndex, tf: TraceFile, i: int) -> bytes:
+        if not 0 <= i < idx.events:
+            raise NotFound(f"no event {i}: the trace has {idx.events:,}")
         try:
             return event_json(idx, i)
         except TraceError as exc:
-            raise RequestError(404 if "no event" in str(exc) else 422, str(exc)) from None
+            raise _named(exc, tf, "cannot read an event of") from None
 
 
-def _naming(prefix: str, exc: Exception, tf: TraceFile) -> str:
-    """The reason, prefixed with what failed unless the reason already names the file."""
+def _let_go(exc: BaseException) -> None:
+    """Free what a failed computation held, now rather than at some later collection.
+
+    An exception keeps its traceback's frames, and their locals (a half-built event
+    table, a block of decoded events) with them; the frames and the exception refer
+    to each other, so only the cycle collector frees them — possibly much later, while
+    the memory budget already counts them as given back. Clearing the frames and
+    collecting at once gives the memory back to the system when the error is answered.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__context__  # type: ignore[assignment]
+    gc.collect()
+    release_free_memory()
+
+
+def _name(tf: TraceFile) -> str:
+    return os.path.basename(tf.path)
+
+
+def _named(exc: TraceError, tf: TraceFile, prefix: str) -> TraceError:
+    """The same error, its message prefixed with what failed unless it already names the file."""
     reason = str(exc)
-    return reason if os.path.basename(tf.path) in reason else f"{prefix}: {reason}"
-
-
-def _pack(stats: dict, gz: bytes) -> bytes:
-    head = json.dumps(stats, separators=(",", ":")).encode()
-    return len(head).to_bytes(8, "little") + head + gz
-
-
-def _unpack(payload: bytes, digest: str, cached: bool) -> Optional[Reduction]:
-    try:
-        n = int.from_bytes(payload[:8], "little")
-        stats = json.loads(payload[8:8 + n])
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return Reduction(payload[8 + n:], dict(stats, cached=cached), digest[:32])
-
+    if _name(tf) in reason:
+        return exc
+    named = TraceError.__new__(type(exc))
+    TraceError.__init__(named, f"{prefix} {_name(tf)}: {reason}")
+    named.__dict__.update(exc.__dict__)
+    return named
