@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
-from .errors import TraceError
-from .pipeline import parse_level, reduce_file
+from .budget import machine_memory_bytes
+from .errors import TraceError, display_name
+from .pipeline import check_window, parse_level, reduce_file
+from .writer import atomic_output
 
 EXIT_BAD_INPUT = 2
 
@@ -53,16 +57,61 @@ class _Bar:
             sys.stderr.flush()
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float made None, so the stats are strict JSON.
+
+    Python's `json` writes `Infinity`/`NaN`, which no other JSON reader accepts; a
+    hostile trace can still make one (events at -1e308 and 1e308 give an infinite
+    default window, hence `bucket_us`), and a null says "no such number" honestly.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def default_memory_mb() -> float:
+    """Three quarters of this machine's (or container's) memory: the rest stays for the
+    system and whatever else runs, and a trace that needs more fails with a message
+    instead of taking the machine down."""
+    total = machine_memory_bytes()
+    return max(256.0, 0.75 * total / (1024 * 1024)) if total else 8192.0
+
+
 def _cmd_reduce(args: argparse.Namespace) -> int:
     if (args.start_us is None) != (args.end_us is None):
         raise TraceError("give both --start-us and --end-us, or neither")
     level = parse_level(args.level)
+    check_window(args.start_us, args.end_us)
+    # Opened first: a stats path that cannot be written, or that is the input or
+    # the output, is refused before minutes of reduction, not after.
+    stats_out = None
+    if args.stats_json:
+        stats_out = atomic_output(args.stats_json, {"the input trace": args.input, "the output": args.output})
     bar = _Bar(os.path.basename(args.input)[:40])
+    stats_written = False
     try:
-        stats = reduce_file(args.input, args.output, level, args.start_us, args.end_us,
-                            max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024), progress=bar)
+        try:
+            stats = reduce_file(args.input, args.output, level, args.start_us, args.end_us,
+                                max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024), progress=bar,
+                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024))
+        finally:
+            bar.close()
+        if stats_out is not None:
+            f, finish = stats_out
+            text = json.dumps(_finite(stats), indent=2, allow_nan=False) + "\n"
+            try:
+                f.write(text.encode())
+            except OSError as exc:  # the temp file has no name the user knows: name theirs
+                raise OSError(exc.errno, exc.strerror or str(exc), args.stats_json) from None
+            stats_written = True
+            finish(True)
     finally:
-        bar.close()
+        if stats_out is not None and not stats_written:
+            stats_out[1](False)
     i, o = stats["input"], stats["output"]
     ev_pct = 100.0 * o["events"] / max(i["events"], 1)
     by_pct = 100.0 * o["json_bytes"] / max(i["json_bytes"], 1)
@@ -74,35 +123,79 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         f"{_human(o['file_bytes'])} written to {args.output} in {stats['timings_s']['total']:.2f} s"
         + (" [input truncated: read up to its last complete event]" if i.get("truncated") else "")
     )
-    if args.stats_json:
-        with open(args.stats_json, "w") as f:
-            json.dump(stats, f, indent=2)
-            f.write("\n")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a wrong argument is one line on stderr and exit 2.
+
+    argparse prints the whole usage block first; the contract (SPEC §6) is one
+    line, the same shape as every other refusal. `--help` is unchanged.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse (before 3.14) takes `--start-us -1e3` for an option named -1e3
+        # and says "expected one argument": accept any negative number as a value
+        # (-inf and -nan too, so that they get the message saying why they are refused).
+        self._negative_number_matcher = re.compile(r"^-((\d+\.?\d*|\.\d+)(e[-+]?\d+)?|inf|infinity|nan)$", re.I)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"tb-reduce: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def _megabytes(text: str) -> float:
+    """A size limit in MB: a finite number above 0 (nan would disable every
+    comparison, inf and huge values overflow the byte count)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1e300:  # also false for nan
+        raise argparse.ArgumentTypeError(f"must be a number of MB above 0 and at most 1e300, not {text!r}")
+    return value
+
+
+def _file_name(text: str) -> str:
+    """A path to write: not empty (an empty name would fail only at the final rename)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tb-reduce", description="Reduce profiler traces that are too big to open.")
+    parser = _Parser(prog="tb-reduce", description="Reduce profiler traces that are too big to open.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("reduce", help="write a reduced trace", description="Write a reduced Chrome trace (.json.gz or .json).")
     r.add_argument("input", help="a Chrome trace JSON file (plain or gzip)")
-    r.add_argument("-o", "--output", required=True, help="output path; gzip when it ends in .gz")
+    r.add_argument("-o", "--output", required=True, type=_file_name, help="output path; gzip when it ends in .gz")
     r.add_argument("--level", default="2", help="0 (lossless) to 4 (coarsest), or auto (default 2)")
     r.add_argument("--start-us", type=float, default=None, help="window start, µs (trace clock)")
     r.add_argument("--end-us", type=float, default=None, help="window end, µs (trace clock)")
-    r.add_argument("--stats-json", default=None, help="also write the statistics as JSON here")
-    r.add_argument("--max-inflated-mb", type=float, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
+    r.add_argument("--stats-json", default=None, type=_file_name, help="also write the statistics as JSON here")
+    r.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
+    r.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
+                   help="stop with an error rather than use more memory than this (MB; default: 3/4 of this "
+                        f"machine's memory, here {default_memory_mb():,.0f})")
     r.set_defaults(func=_cmd_reduce)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0), or an argument error already reported in one line (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         return args.func(args)
     except TraceError as exc:
         print(f"tb-reduce: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # the output or stats file: missing folder, read-only, disk full, ...
+        reason = " ".join(str(exc.strerror or exc).split())
+        where = f"cannot write {display_name(os.fsdecode(exc.filename))}: " if exc.filename is not None else ""
+        print(f"tb-reduce: error: {where}{reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except MemoryError:
         print("tb-reduce: error: out of memory; try a smaller window", file=sys.stderr)

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
+import io
 import json
+import math
+import os
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, write_trace
+
+from tb_reduce_plugin.cli import main
+from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.pipeline import check_window, index_file, reduce_index
 
 DEMO = ROOT / "demo_logdir" / "pytorch_cnn" / "vm_12922.1795977935943642718.pt.trace.json.gz"
 
@@ -112,3 +123,288 @@ def test_an_infinite_timestamp_counts_as_none(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["tb_reduce"]["window_us"] == [5.0, 7.0] and len(doc["traceEvents"]) == 2
 
+
+
+# --- Faults of the output side (issue 9, finding 7) ---------------------------------
+# Each one exits 2 with one line on stderr that names the file as the user gave it,
+# and leaves nothing behind: no `.tb-reduce-*.part`, no half-written stats file.
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    """A real 1.6 MB PyTorch trace (the corpus's torch_cpu_cnn_small, byte for byte:
+    the demo logdir ships it gzipped) in its own folder, so outputs beside it show."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    return write_trace(folder / "x.pt.trace.json", None, raw=gzip.decompress(DEMO.read_bytes()))
+
+
+def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
+    """Run the real command line in-process; returns (exit status, its one stderr line)."""
+    code = main(list(args))
+    err = capsys.readouterr().err
+    if code != 0:
+        assert err.count("\n") == 1 and err.startswith("tb-reduce: error: ") and "Traceback" not in err, err
+    return code, err
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_an_output_folder_that_does_not_exist_is_refused_by_the_path_given(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    before = trace.read_bytes()
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "nope" / "x.json.gz"))
+    assert code == 2 and f"cannot write {tmp_path / 'nope' / 'x.json.gz'}" in err and "does not exist" in err
+    assert listing(tmp_path) == ["in"] and listing(trace.parent) == [trace.name] and trace.read_bytes() == before
+
+
+def test_an_output_that_is_a_folder_is_refused_and_leaves_no_part_file(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(out))
+    assert code == 2 and f"cannot write {out}: is a folder" in err
+    assert listing(tmp_path) == ["in", "out"] and listing(out) == []  # no .tb-reduce-*.part beside it
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused_and_kept(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(fifo))
+    assert code == 2 and "not a regular file" in err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and listing(tmp_path) == ["in", "pipe"]
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot-slash", "symlink", "hardlink"])
+def test_an_output_that_is_the_input_is_refused_before_any_work(
+        trace: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, spelling: str) -> None:
+    monkeypatch.chdir(trace.parent)
+    before = trace.read_bytes()
+    out = {"same": trace.name, "dot-slash": f"./{trace.name}", "symlink": "link.json", "hardlink": "hard.json"}[spelling]
+    if spelling == "symlink":
+        os.symlink(trace.name, out)
+    if spelling == "hardlink":
+        os.link(trace.name, out)
+    code, err = cli(capsys, "reduce", trace.name, "-o", out)
+    assert code == 2 and f"refusing to write {out}: it is the input trace {trace.name}" in err
+    assert trace.read_bytes() == before and not any(n.startswith(".tb-reduce-") for n in listing(trace.parent))
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_a_stats_file_that_is_the_input_or_the_output_is_refused(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture, which: str) -> None:
+    out = tmp_path / "o.json"
+    stats = trace if which == "input" else tmp_path / "." / "o.json"  # another spelling of a file not yet written
+    before = trace.read_bytes()
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(out), "--stats-json", str(stats))
+    assert code == 2 and f"refusing to write {stats}: it is the {which}" in err
+    assert trace.read_bytes() == before and listing(tmp_path) == ["in"]  # refused before the reduction
+
+
+@pytest.mark.parametrize(
+    "where, needle",
+    [("missing-folder", "does not exist"), ("a-folder", "is a folder"), ("under-a-file", "is not a folder")],
+)
+def test_an_unwritable_stats_path_is_refused_before_the_reduction(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture, where: str, needle: str) -> None:
+    stats = {"missing-folder": tmp_path / "nope" / "s.json", "a-folder": tmp_path / "in",
+             "under-a-file": trace / "s.json"}[where]
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "o.json"), "--stats-json", str(stats))
+    assert code == 2 and f"cannot write {stats}:" in err and needle in err
+    assert listing(tmp_path) == ["in"] and listing(trace.parent) == [trace.name]  # no output: nothing was reduced
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "1e305", "lots"])
+def test_a_max_inflated_mb_that_is_not_a_positive_finite_number_is_one_line(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture, value: str) -> None:
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "o.json"), "--max-inflated-mb", value)
+    assert code == 2 and "--max-inflated-mb" in err and repr(value) in err and listing(tmp_path) == ["in"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["reduce", "IN", "-o", "OUT", "--level"], "argument --level: expected one argument"),
+        (["reduce", "IN"], "required: -o/--output"),
+        (["reduce"], "required: input, -o/--output"),
+        (["reduce", "IN", "-o", ""], "must not be empty"),
+        (["shrink", "IN"], "invalid choice: 'shrink'"),
+        (["reduce", "IN", "-o", "OUT", "--start-us", "abc", "--end-us", "5"], "invalid float value: 'abc'"),
+    ],
+)
+def test_argument_errors_are_one_line_not_the_usage_block(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture, args: list, needle: str) -> None:
+    args = [str(trace) if a == "IN" else str(tmp_path / "o.json") if a == "OUT" else a for a in args]
+    code, err = cli(capsys, *args)
+    assert code == 2 and needle in err and "usage:" not in err and "--help" in err
+    assert listing(tmp_path) == ["in"]
+
+
+def test_help_still_prints_the_usage_and_exits_zero(capsys: pytest.CaptureFixture) -> None:
+    assert main(["reduce", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tb-reduce reduce") and "--max-inflated-mb" in out
+
+
+@pytest.mark.parametrize(
+    "start, end, needle",
+    [
+        ("-1e308", "1e308", "too wide"),  # the width overflows to inf
+        ("5", "5.0000000001", "at least 1e-06 µs"),
+        ("nan", "5", "start_us must be a finite number"),
+        ("0", "inf", "end_us must be a finite number"),
+        ("7", "7", "below"),
+        ("8", "-2.5e3", "below"),  # a negative number in exponent form is a value, not an option
+    ],
+)
+def test_a_window_no_reduction_can_honour_is_refused_before_reading(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture, start: str, end: str, needle: str) -> None:
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "o.json"), "--start-us", start, "--end-us", end)
+    assert code == 2 and needle in err and listing(tmp_path) == ["in"]
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [(None, None), (0.0, 1e-6), (-1e300, 1e300), (1.7e12, 1.7e12 + 0.25), (None, 5.0), (-3.0, None)],
+)
+def test_check_window_accepts_finite_windows_at_least_a_picosecond_wide(start, end) -> None:
+    check_window(start, end)  # raises on refusal
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [(-1e308, 1e308), (0.0, 9e-7), (1.0, 1.0), (2.0, 1.0), (math.nan, 1.0), (0.0, math.inf), (None, -math.inf)],
+)
+def test_check_window_refuses_what_no_reduction_can_honour(start, end) -> None:
+    with pytest.raises(TraceError):
+        check_window(start, end)
+
+
+def test_reduce_index_checks_the_window_itself(trace: Path) -> None:
+    """Library callers (the plugin, pools) get the same refusal as the command line."""
+    index = index_file(trace)
+    with pytest.raises(TraceError, match="too wide"):
+        reduce_index(index, io.BytesIO(), 2, -1e308, 1e308)
+
+
+def test_outputs_honour_the_umask_like_open_does(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    old = os.umask(0o027)
+    try:
+        code, _ = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "o.json.gz"),
+                      "--stats-json", str(tmp_path / "s.json"))
+    finally:
+        os.umask(old)
+    assert code == 0
+    assert stat.S_IMODE(os.stat(tmp_path / "o.json.gz").st_mode) == 0o640  # mkstemp would give 0600
+    assert stat.S_IMODE(os.stat(tmp_path / "s.json").st_mode) == 0o640
+
+
+def _strict(constant: str) -> None:
+    raise AssertionError(f"not JSON: {constant}")
+
+
+def test_a_trace_spanning_all_floats_asks_for_a_window_and_its_windowed_stats_are_strict_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Events at -1e308 and 1e308 make the default window infinitely wide: no bucket can
+    be made of it, so the user is asked for a window (one line, exit 2, no files); with
+    one, the stats are strict JSON."""
+    src = write_trace(tmp_path / "wide.json", {"traceEvents": [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": -1e308, "dur": 1},
+        {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1e308, "dur": 1},
+    ]})
+    out, stats_path = tmp_path / "o.json.gz", tmp_path / "s.json"
+    code, err = cli(capsys, "reduce", str(src), "-o", str(out), "--stats-json", str(stats_path))
+    assert code == 2 and "ask for a window" in err and err.count("\n") == 1
+    assert not out.exists() and not stats_path.exists()
+    code, _ = cli(capsys, "reduce", str(src), "-o", str(out), "--stats-json", str(stats_path),
+                  "--start-us=-1e300", "--end-us=1e300")
+    assert code == 0
+    stats = json.loads(stats_path.read_text(), parse_constant=_strict)
+    assert stats["window_us"] == [-1e300, 1e300] and stats["bucket_us"] == 2e300 / 20_000
+
+
+def test_stats_json_of_an_empty_trace_is_strict_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    src = write_trace(tmp_path / "empty.json", {"traceEvents": []})
+    code, _ = cli(capsys, "reduce", str(src), "-o", str(tmp_path / "o.json"), "--stats-json", str(tmp_path / "s.json"))
+    stats = json.loads((tmp_path / "s.json").read_text(), parse_constant=_strict)
+    assert code == 0 and stats["input"]["events"] == 0 and stats["output"]["file_bytes"] == (tmp_path / "o.json").stat().st_size
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: a real full disk and, remounted, a real read-only filesystem.
+
+    chmod cannot stand in for them: the suite runs as root, which ignores modes."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) to make a small tmpfs (a real full or read-only filesystem)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _fill(folder: Path) -> None:
+    """Write until the filesystem says it is full."""
+    with open(folder / "fill", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    assert (folder / "fill").stat().st_size > 0
+
+
+@pytest.mark.parametrize("output", ["o.json", "o.json.gz"])
+def test_a_full_disk_is_one_line_and_leaves_no_part_file(
+        trace: Path, small_fs: Path, capsys: pytest.CaptureFixture, output: str) -> None:
+    before = trace.read_bytes()
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(small_fs / output), "--level", "0")  # ≫ 64 KiB
+    assert code == 2 and f"cannot write {small_fs / output}: No space left on device" in err
+    assert listing(small_fs) == [] and trace.read_bytes() == before
+
+
+def test_a_full_disk_under_the_stats_file_leaves_no_half_written_stats(
+        trace: Path, tmp_path: Path, small_fs: Path, capsys: pytest.CaptureFixture) -> None:
+    _fill(small_fs)
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(tmp_path / "o.json.gz"), "--stats-json", str(small_fs / "s.json"))
+    assert code == 2 and f"cannot write {small_fs / 's.json'}: No space left on device" in err
+    assert listing(small_fs) == ["fill"]
+    # The trace itself was written whole before the stats failed; it is complete, not partial.
+    assert json.loads(gzip.decompress((tmp_path / "o.json.gz").read_bytes()))["tb_reduce"]["level"] == 2
+
+
+@pytest.mark.parametrize("target", ["-o", "--stats-json"])
+def test_a_read_only_filesystem_is_refused_before_the_reduction(
+        trace: Path, tmp_path: Path, small_fs: Path, capsys: pytest.CaptureFixture, target: str) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    args = ["-o", str(small_fs / "o.json")] if target == "-o" else ["-o", str(tmp_path / "o.json"), "--stats-json",
+                                                                    str(small_fs / "s.json")]
+    code, err = cli(capsys, "reduce", str(trace), *args)
+    assert code == 2 and "Read-only file system" in err and f"cannot write {small_fs}" in err
+    assert listing(small_fs) == [] and listing(tmp_path) == ["in", "mnt"]  # nothing reduced, nothing left
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["-o", "/nonexistent/dir/x.json.gz"], "cannot write /nonexistent/dir/x.json.gz: its folder"),
+        (["-o", "IN"], "refusing to write"),
+        (["-o", "OUT", "--max-inflated-mb", "nan"], "--max-inflated-mb"),
+    ],
+)
+def test_output_faults_exit_2_with_exactly_one_stderr_line_from_a_real_process(
+        trace: Path, tmp_path: Path, args: list, needle: str) -> None:
+    args = [str(trace) if a == "IN" else str(tmp_path / "o.json") if a == "OUT" else a for a in args]
+    r = run("reduce", str(trace), *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.rstrip("\n")] and r.stderr.endswith("\n") and needle in r.stderr
+    assert listing(tmp_path) == ["in"] and listing(trace.parent) == [trace.name]
