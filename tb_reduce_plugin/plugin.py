@@ -23,6 +23,7 @@ gzip gets it inflated on the fly.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -46,6 +47,7 @@ from .service import NotFound, TraceService, default_cache_dir
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
 MAX_PARAM_CHARS = 4096
+MIN_MB = 0.001  # the least memory or input limit taken (1 kB): 0, negative or NaN mean nothing
 DEFAULT_LEVEL = 2  # what the command line does; `auto` can pick lossless views far too big for a browser
 
 
@@ -134,8 +136,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             cache_dir=getattr(flags, "tb_reduce_cache_dir", None) or os.environ.get("TB_REDUCE_CACHE_DIR")
             or default_cache_dir(),
             cache_mb=_flag(flags, "tb_reduce_cache_mb", 1024),
-            max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096),
-            memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048),
+            max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096, least=MIN_MB),
+            memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048, least=MIN_MB),
         )
         self.frontend = frontend_dir()
 
@@ -313,10 +315,37 @@ class _NotModified(wrappers.Response):
         return headers
 
 
-def _flag(flags: Any, name: str, default: float) -> float:
-    """A numeric flag; 0 is a value (no cache), only an absent flag takes the default."""
+def _flag(flags: Any, name: str, default: float, least: float = 0.0) -> float:
+    """A numeric flag; 0 is a value where `least` allows it (no disk cache), only an absent
+    flag takes the default. Flags set without TensorBoard's parser (which refuses
+    nonsense at start) may hold anything: those fall back to the default, with a warning."""
     value = getattr(flags, name, None)
-    return default if value is None else float(value)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number >= least):
+        log.warning("tb_reduce: --%s %r makes no sense; using %g", name, value, default)
+        return default
+    return number
+
+
+def _megabytes(least: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of MB, at least `least`; TensorBoard then refuses
+    nonsense when it starts, with the flag's name, instead of a plugin failing later."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of MB, not {text!r}") from None
+        if not math.isfinite(value) or value < least:
+            raise argparse.ArgumentTypeError(f"must be a finite number of MB, at least {least:g}, not {text!r}")
+        return value
+
+    return parse
 
 
 def _download_name(host: str, stats: dict) -> str:
@@ -333,13 +362,14 @@ class TraceReduceLoader(base_plugin.TBLoader):
         group.add_argument("--tb_reduce_cache_dir", metavar="DIR", default=None,
                            help="Where reduced traces are cached (default: $TB_REDUCE_CACHE_DIR, else "
                                 "~/.cache/tb-reduce).")
-        group.add_argument("--tb_reduce_cache_mb", metavar="MB", type=float, default=1024,
+        group.add_argument("--tb_reduce_cache_mb", metavar="MB", type=_megabytes(0), default=1024,
                            help="Disk cache size for reduced traces, least recently used first out (default 1024).")
-        group.add_argument("--tb_reduce_max_input_mb", metavar="MB", type=float, default=4096,
+        group.add_argument("--tb_reduce_max_input_mb", metavar="MB", type=_megabytes(MIN_MB), default=4096,
                            help="Refuse trace files larger than this, before reading them (default 4096).")
-        group.add_argument("--tb_reduce_memory_mb", metavar="MB", type=float, default=2048,
-                           help="Memory for parsed traces kept for zooming, least recently used first out "
-                                "(default 2048).")
+        group.add_argument("--tb_reduce_memory_mb", metavar="MB", type=_megabytes(MIN_MB), default=2048,
+                           help="Memory tb_reduce may use in all: parses, parsed traces kept for zooming (least "
+                                "recently used first out), concurrent reductions. A trace that needs more is "
+                                "refused with a 413 (default 2048).")
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
         return TraceReducePlugin(context)
