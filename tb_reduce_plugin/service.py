@@ -27,13 +27,15 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
 from . import FORMAT_VERSION
-from .budget import MB, Account, MemoryBudget, release_free_memory, return_large_blocks
+from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, TraceError
@@ -42,6 +44,7 @@ from .pipeline import Level, TraceIndex, check_window, event_json, index_file, r
 from .reduction import prepared_bytes
 
 log = logging.getLogger(__name__)
+MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 
 
 
@@ -102,6 +105,8 @@ class TraceService:
                 pass
         self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
         self.flight = SingleFlight()
+        self._refusals: OrderedDict[tuple, tuple[type, str, dict]] = OrderedDict()  # index key -> why
+        self._refusals_lock = threading.Lock()
         self.gate = ComputeGate(workers or default_workers(self.budget.limit), max_waiting, wait_s)
         self.max_input_bytes = int(max_input_mb * MB)
 
@@ -142,12 +147,36 @@ class TraceService:
     def warm_index(self, tf: TraceFile) -> Optional[TraceIndex]:
         return self.indexes.get(self._index_key(tf))
 
+    def _refusal(self, tf: TraceFile) -> None:
+        """Raise again what reading this version of the file raised before, without reading it.
+
+        A file's refusal (corrupt, a bomb, more than the budget) depends only on its bytes
+        and this server's limits, and finding it can cost seconds of CPU: a storm of
+        requests for one hostile file must not pay that again and again.
+        """
+        refused = self._refusals.get(self._index_key(tf))
+        if refused is not None:
+            kind, message, attrs = refused
+            exc = TraceError.__new__(kind)
+            TraceError.__init__(exc, message)
+            exc.__dict__.update(attrs)
+            raise exc
+
+    def _remember_refusal(self, key: tuple, exc: BaseException, tf: TraceFile) -> None:
+        if isinstance(exc, TraceError) and not isinstance(exc, (BudgetBusy, FileChanged)):
+            named = _named(exc, tf, "cannot read")
+            with self._refusals_lock:
+                self._refusals[key] = (type(named), str(named), dict(named.__dict__))
+                while len(self._refusals) > MAX_REFUSALS:
+                    self._refusals.popitem(last=False)
+
     def _index(self, tf: TraceFile) -> TraceIndex:
         """The index of `tf`, parsed once; the caller holds a computation slot."""
         key = self._index_key(tf)
         cached = self.indexes.get(key)
         if cached is not None:
             return cached
+        self._refusal(tf)
 
         def build() -> TraceIndex:
             hit = self.indexes.get(key)
@@ -164,6 +193,7 @@ class TraceService:
                 account.settle(index_bytes(idx), "the parsed trace")
             except BaseException as exc:
                 account.close()
+                self._remember_refusal(key, exc, tf)
                 _let_go(exc)  # a refused parse gives its memory back to the system
                 raise
             account.keep_until_collected(idx)
@@ -225,6 +255,8 @@ class TraceService:
         found = self._cached(digest, True)  # finished by another caller while this one queued for the flight
         if found is not None:
             return found
+        if self.warm_index(tf) is None:
+            self._refusal(tf)  # a file known to be unreadable takes no slot
         began = time.perf_counter()
         with self.gate.slot(), self.budget.account(f"reducing {_name(tf)}") as account:
             idx = self._index(tf)
@@ -269,6 +301,7 @@ class TraceService:
         idx = self.warm_index(tf)
         if idx is not None and getattr(idx.source, "has_store", True):
             return self._event_of(idx, tf, i)  # in memory or one compressed block: cheap, no waiting
+        self._refusal(tf)
         with self.gate.slot():
             return self._event_of(self._index(tf), tf, i)
 

@@ -57,58 +57,57 @@ class Shape:
                 + EVENT_BYTES * self.events_at_most + self.line_bytes)
 
 
+def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    """The varint at `pos` and the position after it (IndexError past the end)."""
+    b = data[pos]
+    pos += 1
+    value = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if shift > 63:
+            raise TraceError(f"{CORRUPT}{what} longer than 10 bytes")
+    return value, pos
+
+
 def _fields(data: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
     """(field number, value start, value end) of each length-delimited field of the
     message in data[pos:end]; other fields are skipped. Raises on a malformed message."""
     try:
         while pos < end:
-            b = data[pos]
-            pos += 1
-            key = b & 0x7F
-            shift = 7
-            while b & 0x80:
-                b = data[pos]
+            key = data[pos]  # one byte for fields 1-15, which are all XSpace uses
+            if key & 0x80:
+                key, pos = _varint(data, pos, "a field tag")
+            else:
                 pos += 1
-                key |= (b & 0x7F) << shift
-                shift += 7
-                if shift > 63:
-                    raise TraceError("corrupt XSpace: a field tag longer than 10 bytes")
-            wire = key & 7
+            wire, number = key & 7, key >> 3
+            if number == 0:
+                raise TraceError(f"{CORRUPT}a field numbered 0")
             if wire == 2:
-                b = data[pos]
-                pos += 1
-                n = b & 0x7F
-                shift = 7
-                while b & 0x80:
-                    b = data[pos]
+                n = data[pos]
+                if n & 0x80:
+                    n, pos = _varint(data, pos, "a length")
+                else:
                     pos += 1
-                    n |= (b & 0x7F) << shift
-                    shift += 7
-                    if shift > 63:
-                        raise TraceError("corrupt XSpace: a length longer than 10 bytes")
                 if pos + n > end:
-                    raise TraceError("corrupt XSpace: a field runs past the end of its message")
-                yield key >> 3, pos, pos + n
+                    raise TraceError(f"{CORRUPT}a field runs past the end of its message")
+                yield number, pos, pos + n
                 pos += n
             elif wire == 0:
-                start = pos
-                while data[pos] & 0x80:
-                    pos += 1
-                    if pos - start >= 10:
-                        raise TraceError("corrupt XSpace: a varint longer than 10 bytes")
-                pos += 1
+                _, pos = _varint(data, pos, "a varint")
             elif wire == 1:
                 pos += 8
             elif wire == 5:
                 pos += 4
             else:
-                raise TraceError(f"corrupt XSpace: field {key >> 3} has wire type {wire}, which XSpace never uses")
-            if key >> 3 == 0:
-                raise TraceError("corrupt XSpace: a field numbered 0")
+                raise TraceError(f"{CORRUPT}field {number} has wire type {wire}, which XSpace never uses")
     except IndexError:
-        raise TraceError("corrupt XSpace: a field runs past the end of the file") from None
+        raise TraceError(f"{CORRUPT}a field runs past the end of the file") from None
     if pos > end:
-        raise TraceError("corrupt XSpace: a field runs past the end of its message")
+        raise TraceError(f"{CORRUPT}a field runs past the end of its message")
 
 
 def scan(data: bytes, end: int) -> Shape:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tb_reduce_plugin.xspace import _varint_bytes
+
 
 def _gzip_stream(path: Path, chunks) -> int:  # type: ignore[no-untyped-def]
     """Write the byte chunks gzip-compressed (zlib, level 6); return the inflated size."""
@@ -25,15 +27,6 @@ def _gzip_stream(path: Path, chunks) -> int:  # type: ignore[no-untyped-def]
             f.write(c.compress(chunk))
         f.write(c.flush())
     return total
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def xspace_hostnames_bomb(path: Path, entries: int) -> int:
@@ -57,7 +50,7 @@ def xspace_lines_bomb(path: Path, lines: int) -> int:
     """A plain `.xplane.pb` with one plane of `lines` empty lines: 2 bytes each, ~100 once parsed."""
     body = b"\x1a\x00" * lines
     plane = b"\x12\x05/host" + body  # XPlane.name, then the lines
-    data = b"\x0a" + _varint(len(plane)) + plane
+    data = b"\x0a" + _varint_bytes(len(plane)) + plane
     path.write_bytes(data)
     return len(data)
 
@@ -65,8 +58,8 @@ def xspace_lines_bomb(path: Path, lines: int) -> int:
 def xspace_events_bomb(path: Path, events: int) -> int:
     """A plain `.xplane.pb` with one line of `events` empty events (each 2 bytes)."""
     line = b"\x12\x04main" + b"\x22\x00" * events
-    plane = b"\x12\x05/host" + b"\x1a" + _varint(len(line)) + line
-    data = b"\x0a" + _varint(len(plane)) + plane
+    plane = b"\x12\x05/host" + b"\x1a" + _varint_bytes(len(line)) + line
+    data = b"\x0a" + _varint_bytes(len(plane)) + plane
     path.write_bytes(data)
     return len(data)
 

@@ -27,6 +27,7 @@ from plugin_support import (
 )
 from tensorboard.plugins import base_plugin
 
+from tb_reduce_plugin import service as service_module
 from tb_reduce_plugin.pipeline import reduction_bytes
 from tb_reduce_plugin.plugin import TraceReduceLoader, TraceReducePlugin
 
@@ -68,7 +69,7 @@ def test_a_trace_too_big_for_the_budget_is_a_413_that_leaves_nothing_charged(tmp
         message = assert_json_error(get(c, route, run=TORCH_RUN, host=TORCH_HOST, **params), 413)
         assert "--tb_reduce_memory_mb" in message and "vm_12922" in message
     gc.collect()
-    assert plugin.service.budget.used == 0 and plugin.service.budget.refused >= 3
+    assert plugin.service.budget.used == 0 and plugin.service.budget.refused == 1  # read once, then remembered
     assert len(plugin.service.indexes) == 0  # nothing over budget is kept
 
 
@@ -170,3 +171,23 @@ def test_flags_given_without_argparse_fall_back_to_defaults_when_they_make_no_se
     assert plugin.service.budget.limit == 2048 * 2**20
     assert any("tb_reduce_memory_mb" in r.getMessage() for r in caplog.records)
     assert get(client(plugin), "trace", run=TORCH_RUN, host=TORCH_HOST, level=2).status_code == 200
+
+
+def test_a_refused_file_is_refused_again_without_being_read_until_it_changes(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding out that a file is hostile can cost seconds of CPU; a storm of requests for it
+    must not pay that each time. A new version of the file is read again."""
+    logdir = make_logdir(tmp_path)
+    bad = logdir / "torch" / "bad.pt.trace.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1} {"ph": "X"}]}')  # no comma between events
+    plugin = make_plugin(logdir, tmp_path / "cache")
+    c = client(plugin)
+    reads = []
+    real = service_module.index_file
+    monkeypatch.setattr(service_module, "index_file", lambda *a, **k: reads.append(1) or real(*a, **k))
+    first = assert_json_error(get(c, "trace", run=TORCH_RUN, host="bad", level=2), 422)
+    for route, params in (("trace", {"level": 3}), ("stats", {"level": 2}), ("event", {"i": 0})):
+        assert assert_json_error(get(c, route, run=TORCH_RUN, host="bad", **params), 422) == first
+    assert len(reads) == 1 and "bad.pt.trace.json" in first
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "ok", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}')
+    assert get(c, "trace", run=TORCH_RUN, host="bad", level=2).status_code == 200 and len(reads) == 2
