@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+import hostile_files
 import pytest
 from conftest import ROOT, write_trace
 
@@ -408,3 +409,26 @@ def test_output_faults_exit_2_with_exactly_one_stderr_line_from_a_real_process(
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [r.stderr.rstrip("\n")] and r.stderr.endswith("\n") and needle in r.stderr
     assert listing(tmp_path) == ["in"] and listing(trace.parent) == [trace.name]
+
+
+def test_a_trace_needing_more_than_max_memory_mb_exits_2_naming_the_flag(trace: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "o.json.gz"
+    code, err = cli(capsys, "reduce", str(trace), "-o", str(out), "--max-memory-mb", "1")
+    assert code == 2 and "--max-memory-mb" in err and not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".tb-reduce-")]
+    code, _ = cli(capsys, "reduce", str(trace), "-o", str(out), "--max-memory-mb", "256")
+    assert code == 0 and out.exists()
+
+
+@pytest.mark.parametrize("build, says", [
+    (lambda p: hostile_files.xspace_hostnames_bomb(p, 20_000_000), "inflates"),
+    (lambda p: hostile_files.xspace_hostnames_plain(p, 1_000_000), "not a profile"),
+    (lambda p: hostile_files.xspace_events_bomb(p, 3_000_000), "--max-memory-mb"),
+])
+def test_an_xspace_bomb_exits_2_with_one_line_within_the_memory_limit(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                      build, says: str) -> None:  # type: ignore[no-untyped-def]
+    bomb = tmp_path / "b.xplane.pb"
+    build(bomb)
+    code, err = cli(capsys, "reduce", str(bomb), "-o", str(tmp_path / "o.json.gz"), "--max-memory-mb", "64")
+    assert code == 2 and says in err
