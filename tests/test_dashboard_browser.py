@@ -305,3 +305,37 @@ def test_empty_logdir_says_so(page, server):
     page.goto(server.plugin_url("view?run=none&host=none"))
     page.get_by_text("No profiler traces found").wait_for()
     assert page.is_disabled("[data-testid=run-select]")
+
+
+def busy_for(answers: int):
+    """A route handler that answers the first `answers` trace requests 503 (busy, Retry-After: 1), as
+    the server does when its computation slots and line are full; later ones go through."""
+    seen: list[str] = []
+
+    def handle(route):
+        seen.append(route.request.url)
+        if len(seen) <= answers:
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                          body=json.dumps({"error": "the server is busy with 2 computations and 32 waiting"}))
+        else:
+            route.continue_()
+
+    return handle, seen
+
+
+def test_a_busy_server_is_asked_again_after_retry_after_and_the_view_loads(page, server):
+    handle, seen = busy_for(2)
+    page.context.route("**/data/plugin/tb_reduce/trace?*", handle)
+    open_view(page, server, run=PT_RUN, host=PT_HOST, level=3)
+    assert len(seen) == 3 and dashboard_state(page)["level"] == "3"
+    shot(page, "busy_then_loaded")
+
+
+def test_a_server_that_stays_busy_shows_its_message_after_a_few_tries(page, server):
+    handle, seen = busy_for(1000)
+    page.context.route("**/data/plugin/tb_reduce/trace?*", handle)
+    open_view(page, server, wait=False, run=PT_RUN, host=PT_HOST, level=4)
+    message = page.locator(".tbr-message")
+    message.wait_for(state="visible", timeout=60000)
+    assert "busy" in message.inner_text() and len(seen) == 6
+    shot(page, "busy_gave_up")
