@@ -170,9 +170,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="tbr-bench-dash-") as tmp:
-        server = TensorBoardServer(Path(args.logdir), Path(tmp) / "cache", Path(tmp) / "tb.log")
+        server = TensorBoardServer(Path(args.logdir), Path(tmp) / "cache")
         try:
-            server.wait_ready()
             run, host, size = pick_host(server, args.host)
             print(f"trace: run {run!r} host {host!r} ({size / 1e6:.1f} MB)", flush=True)
             results = []

@@ -4,16 +4,12 @@ process on a free port, a logdir of real traces, and canvas pixel statistics."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Optional
+
+from tensorboard_process import start_tensorboard
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -68,55 +64,25 @@ def build_logdir(root: Path, huge_bytes: int = 0) -> Path:
 
 
 class TensorBoardServer:
-    """`python3 -m tensorboard.main` on a free port, as a user runs it."""
+    """`tensorboard --load_fast=false` on a free port, as a user runs it (`tensorboard_process`
+    starts, waits for and stops it), with the plugin's routes at hand."""
 
-    def __init__(self, logdir: Path, cache_dir: Path, log_path: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(self.port),
-               "--host", "127.0.0.1", "--load_fast=false", "--reload_interval", "0",
-               "--tb_reduce_cache_dir", str(cache_dir)]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    def __init__(self, logdir: Path, cache_dir: Path) -> None:
+        self.tb = start_tensorboard(logdir, cache_dir, "--load_fast=false")
+        self.base = self.tb.url.rstrip("/")
 
     def plugin_url(self, route: str) -> str:
         return f"{self.base}/data/plugin/tb_reduce/{route}"
 
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"TensorBoard exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(self.plugin_url("runs"), timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"TensorBoard did not answer in {timeout:.0f} s:\n{self.log()}")
-
     def get_json(self, route: str) -> tuple[int, object]:
-        try:
-            with urllib.request.urlopen(self.plugin_url(route), timeout=60) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
+        status, _, data = self.tb.get(f"data/plugin/tb_reduce/{route}", timeout=60)
+        return status, json.loads(data)
 
     def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-4000:]
+        return self.tb.tail()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+        self.tb.stop()
 
 
 # Counts the plot area's non-background pixels and distinct (4-bit quantised)

@@ -45,9 +45,8 @@ HUGE_BYTES = 60_000_000
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard")
     logdir = build_logdir(root, huge_bytes=HUGE_BYTES)
-    tb = TensorBoardServer(logdir, root / "cache", root / "tensorboard.log")
+    tb = TensorBoardServer(logdir, root / "cache")
     try:
-        tb.wait_ready()
         yield tb
     finally:
         tb.stop()
