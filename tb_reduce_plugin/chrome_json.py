@@ -325,18 +325,11 @@ class ChromeJsonReader:
         tried = 0
         while True:
             buf, pos, end = self._buf, self._pos, len(self._buf)
-            view = memoryview(buf)
-            # Decode in place, without copying 16 MB: the byte before the block is
-            # already consumed and the byte after the cut is only `,`, `]` or space, so
-            # they are briefly overwritten by the brackets of a JSON array.
-            buf[pos - 1] = ord("[")
             failed, malformed = False, False
             for cut in itertools.islice(self._candidates(buf, pos, end), tried, _TRIES_PER_BLOCK):
                 tried += 1
-                saved = buf[cut]
-                buf[cut] = ord("]")
                 try:
-                    events = decode(view[pos - 1:cut + 1])
+                    events = self._decode_cut(decode, pos, cut)
                 except msgspec.ValidationError:
                     raise
                 except msgspec.DecodeError as exc:
@@ -347,10 +340,6 @@ class ChromeJsonReader:
                     if malformed or not self._checked:
                         break
                     continue
-                except RecursionError:
-                    raise TraceError("malformed trace: JSON nested too deeply to decode") from None
-                finally:
-                    buf[cut] = saved
                 self._pos = cut
                 return events
             if not self._checked:
@@ -397,8 +386,9 @@ class ChromeJsonReader:
         skipped where a block starts.
         """
         buf = self._buf
+        buf[pos - 1] = ord("[")  # the consumed byte before the block (see `_decode_cut`)
         view = memoryview(buf)
-        text = view[pos - 1:end]  # "[" + the unread bytes (see `_decode_block`)
+        text = view[pos - 1:end]
         try:
             msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
@@ -435,21 +425,30 @@ class ChromeJsonReader:
             return None
         if need_comma and buf.find(b",", cut, stop) < 0:
             return None
-        view = memoryview(buf)
-        saved = buf[cut]
-        buf[cut] = ord("]")
         try:
-            events = decode(view[pos - 1:cut + 1])
+            events = self._decode_cut(decode, pos, cut)
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError:
             return None  # the `}` was inside an incomplete event
+        self._pos = cut
+        return events
+
+    def _decode_cut(self, decode: Decode[T], pos: int, cut: int) -> List[T]:
+        """Decode buffer[pos:cut] as a JSON array, in place, without copying 16 MB: the
+        byte before `pos` is already consumed and the byte at `cut` is only `,`, `]` or
+        space, so they are briefly overwritten by the array's brackets. Raises
+        `msgspec.DecodeError` when that text is not an event list."""
+        buf = self._buf
+        buf[pos - 1] = ord("[")
+        saved = buf[cut]
+        buf[cut] = ord("]")
+        try:
+            return decode(memoryview(buf)[pos - 1:cut + 1])
         except RecursionError:
             raise TraceError("malformed trace: JSON nested too deeply to decode") from None
         finally:
             buf[cut] = saved
-        self._pos = cut
-        return events
 
     def _candidates(self, buf: bytes, pos: int, end: int) -> Iterator[int]:
         """Cut points (exclusive ends), from the last one back: `}` then `,{` or `]`."""

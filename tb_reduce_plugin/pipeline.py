@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Optional, Union
@@ -53,10 +54,35 @@ class TraceIndex:
     # The file as it was read (device, inode, the size read, mtime): later passes over
     # it (`ChromeJsonEvents`) check they read the same file, and only those bytes.
     identity: Optional[FileIdentity] = None
+    # The memory budget's account that holds this index's memory (a server's, the CLI's),
+    # given back when the index is collected; `settle_memory` keeps it exact.
+    account: Optional[Account] = field(default=None, repr=False)
+    _base_bytes: Optional[int] = field(default=None, repr=False)
 
     @property
     def events(self) -> int:
         return len(self.table)
+
+    def memory_bytes(self) -> int:
+        """What the index holds: its columns and strings, for XSpace the file's bytes and
+        event positions (measured once), and the planning state prepared on it so far."""
+        if self._base_bytes is None:
+            t = self.table
+            arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
+                      t.counter_event, t.counter_series, t.counter_value)
+            n = sum(a.nbytes for a in arrays)
+            n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
+            lines = getattr(self.source, "lines", None)
+            if lines:
+                shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
+                n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
+            self._base_bytes = n
+        return self._base_bytes + prepared_bytes(self.table)
+
+    def settle_memory(self) -> None:
+        """Charge exactly `memory_bytes()` to the index's account (after a plan prepared state)."""
+        if self.account is not None:
+            self.account.settle(self.memory_bytes(), "the parsed trace and its planning state")
 
     def estimated_bytes(self) -> np.ndarray:
         """Per event, the average JSON size of its block (for `auto`)."""
@@ -237,9 +263,8 @@ def reduce_index(
     check_window(start_us, end_us)
     need = reduction_bytes(index, level, with_input_index)
     if account is not None:
-        held = index.extra.get("account")
         account.charge(need, "planning and writing the reduction",
-                       alongside=held.total if isinstance(held, Account) else 0, wait_s=30.0)
+                       alongside=index.account.total if index.account is not None else 0, wait_s=30.0)
     try:
         return _reduce_index(index, out, level, start_us, end_us, gzip, progress, with_input_index, drop_args)
     finally:
@@ -329,7 +354,7 @@ def reduce_file(
         budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(src)}")
         index = index_file(src, max_inflated_bytes, phase(0), account=reading)
-        index.extra["account"] = reading
+        index.account = reading
         try:
             with budget.account(f"reducing {os.path.basename(src)}") as reducing:
                 stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size),

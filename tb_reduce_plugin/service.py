@@ -26,7 +26,6 @@ import gc
 import json
 import logging
 import os
-import sys
 import threading
 import time
 import traceback
@@ -35,13 +34,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import FORMAT_VERSION
-from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
+from .budget import MB, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, TraceError
 from .gate import ComputeGate, default_workers
 from .pipeline import Level, TraceIndex, check_window, event_json, index_file, reduce_index
-from .reduction import prepared_bytes
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
@@ -62,22 +60,6 @@ class Reduction:
 def default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tb-reduce")
-
-
-def index_bytes(index: TraceIndex) -> int:
-    """Memory an index holds: its columns, strings, the planning state prepared on
-    it and, for XSpace, the file's bytes."""
-    t = index.table
-    arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
-              t.counter_event, t.counter_series, t.counter_value)
-    n = sum(a.nbytes for a in arrays)
-    n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
-    n += prepared_bytes(t)
-    lines = getattr(index.source, "lines", None)
-    if lines:
-        shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
-        n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
-    return n
 
 
 class TraceService:
@@ -190,14 +172,14 @@ class TraceService:
                                  max_file_bytes=self.max_input_bytes, account=account)
                 if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes, tf.mtime_ns):
                     raise FileChanged(f"{_name(tf)} changed since it was listed")
-                account.settle(index_bytes(idx), "the parsed trace")
+                account.settle(idx.memory_bytes(), "the parsed trace")
             except BaseException as exc:
                 account.close()
                 self._remember_refusal(key, exc, tf)
                 _let_go(exc)  # a refused parse gives its memory back to the system
                 raise
             account.keep_until_collected(idx)
-            idx.extra["account"] = account
+            idx.account = account
             self.indexes.put(key, idx)
             return idx
 
@@ -282,12 +264,10 @@ class TraceService:
 
     def _settle_index(self, idx: TraceIndex) -> None:
         """The first plan prepared its state on the table: the index's charge becomes exact."""
-        account = idx.extra.get("account")
-        if isinstance(account, Account):
-            try:
-                account.settle(index_bytes(idx), "the parsed trace and its planning state")
-            except TraceError:
-                pass  # it is already held; the estimate charged at parse time stands
+        try:
+            idx.settle_memory()
+        except TraceError:
+            pass  # it is already held; the estimate charged at parse time stands
 
     # ---- single events -----------------------------------------------------------
     def event(self, run: str, host: str, i: int) -> bytes:

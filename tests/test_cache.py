@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 from plugin_support import require_corpus, torch_trace_gz
 
-from tb_reduce_plugin.budget import BudgetBusy, MemoryBudget, OverBudget
+from tb_reduce_plugin.budget import Account, BudgetBusy, MemoryBudget, OverBudget
 from tb_reduce_plugin.cache import MAGIC, DiskCache, FileBody, IndexCache, MemoryBody, SingleFlight, key_digest
 
 # Real payloads: what the plugin stores is gzip bytes and its stats, so store gzip bytes of a real trace.
@@ -551,7 +551,7 @@ class Index:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.extra: dict = {}
+        self.account: Account | None = None
 
 
 def built(budget: MemoryBudget, name: str, n: int) -> Index:
@@ -560,7 +560,7 @@ def built(budget: MemoryBudget, name: str, n: int) -> Index:
     account = budget.account(f"reading {name}")
     account.charge(n)
     account.keep_until_collected(idx)
-    idx.extra["account"] = account
+    idx.account = account
     return idx
 
 

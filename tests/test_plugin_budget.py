@@ -42,7 +42,7 @@ def held_by_indexes(plugin: TraceReducePlugin) -> int:
     for run, host in ((TORCH_RUN, TORCH_HOST), (JAX_RUN, JAX_HOST)):
         idx = service.warm_index(service.trace_file(run, host))
         if idx is not None:
-            total += idx.extra["account"].total
+            total += idx.account.total
     return total
 
 

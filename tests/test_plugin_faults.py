@@ -104,7 +104,7 @@ def check_full_cache(tmp_path: Path, tmpfs: Path) -> None:
     index = plugin.service.warm_index(plugin.service.trace_file(TORCH_RUN, TORCH_HOST))
     assert index is not None
     # Bodies held in memory were charged; with the responses gone only the index is.
-    assert plugin.service.budget.used == index.extra["account"].total > 0
+    assert plugin.service.budget.used == index.account.total > 0
 
 
 def test_a_cache_path_under_a_regular_file_loads_the_plugin_and_serves(tmp_path: Path) -> None:
