@@ -11,7 +11,7 @@ setup(
     packages=[*find_packages(include=["tb_reduce_plugin", "tb_reduce_plugin.*"]), "tb_reduce_plugin.frontend"],
     # The dashboard lives in frontend/ (plain ES modules) and ships inside the package.
     package_dir={"tb_reduce_plugin.frontend": "frontend"},
-    package_data={"tb_reduce_plugin.frontend": ["*.js", "*.html", "*.css"]},
+    package_data={"tb_reduce_plugin.frontend": ["*.js", "*.html", "*.css", "*/*.js", "*/*.css"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy>=1.24",

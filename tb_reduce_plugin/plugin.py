@@ -29,6 +29,7 @@ import logging
 import math
 import mimetypes
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -140,6 +141,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048, least=MIN_MB),
         )
         self.frontend = frontend_dir()
+        self.shipped = shipped_files(self.frontend)
 
     def is_active(self) -> bool:
         try:
@@ -249,14 +251,16 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         return self._file(request, name)
 
     def _file(self, request: wrappers.Request, name: str) -> wrappers.Response:
-        """A frontend file by plain name: no directories, so nothing outside `frontend/`."""
-        if (not name or len(name) > 255 or "/" in name or "\\" in name or name.startswith(".")
-                or "\x00" in name):
-            raise RequestError(404, "no such dashboard file")
-        path = self.frontend / name
-        try:  # `is_file` raises for names the OS refuses (too long, not encodable)
-            body = path.read_bytes() if path.is_file() else None
-        except (OSError, ValueError):
+        """A shipped dashboard file, by its path in `frontend/` (`tracks/slices.js`).
+
+        The name is only ever looked up in the list of files the dashboard ships
+        (`shipped_files`): it is never joined to a path, so no spelling of `..`, no
+        absolute path and no link can reach anything else.
+        """
+        path = self.shipped.get(name) if isinstance(name, str) and len(name) <= 255 else None
+        try:
+            body = path.read_bytes() if path is not None else None
+        except OSError:
             body = None
         if body is None:
             raise RequestError(404, "no such dashboard file")
@@ -264,6 +268,27 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         if name.endswith(".js"):
             mime = "text/javascript"
         return http_util.Respond(request, body, mime)
+
+
+_SHIPPED_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*){0,3}")
+_SHIPPED_SUFFIXES = (".js", ".html", ".css")
+
+
+def shipped_files(root: Path) -> dict[str, Path]:
+    """The dashboard's files by their path under `root`, found once: regular files with
+    a dashboard suffix and a plain name, at most three folders deep, no links."""
+    files: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_"))
+                             and not os.path.islink(os.path.join(dirpath, d)))
+        for f in filenames:
+            rel = f if rel_dir == "." else f"{rel_dir}/{f}".replace(os.sep, "/")
+            full = Path(dirpath) / f
+            if (f.endswith(_SHIPPED_SUFFIXES) and _SHIPPED_NAME.fullmatch(rel)
+                    and full.is_file() and not full.is_symlink()):
+                files[rel] = full
+    return files
 
 
 def _busy(request: wrappers.Request, message: str, retry_after_s: int) -> wrappers.Response:
