@@ -12,6 +12,10 @@ Naming (SPEC §2): a file in `…/plugins/profile/<run>/` belongs to run
 other trace file belongs to the run named by its directory's path in the logdir
 (`.` for the logdir itself). The host is the file name without its trace suffix.
 
+The walk also notes TensorBoard event files (`*tfevents*`), for the run's scalars:
+a run's event files are those of the TensorBoard run folder its traces belong to
+(the folder above `plugins/profile`, or the trace's own folder).
+
 Every (run, host) maps to a path found by the walk; requests name a (run, host)
 and never a path, so no query parameter can reach a file outside the logdir. Each
 listed file keeps the device and inode the walk saw (`TraceFile.identity()`), so a
@@ -69,6 +73,7 @@ class TraceFile:
     mtime_ns: int
     dev: int = 0
     ino: int = 0
+    events_dir: str = ""  # the TensorBoard run folder whose event files hold this run's scalars
 
     def describe(self) -> dict:
         return {"host": self.host, "format": self.format, "bytes": self.bytes}
@@ -151,6 +156,15 @@ def run_name(rel_dir: str) -> str:
     return "/".join(parts) if parts else "."
 
 
+def events_folder(trace_dir: str) -> str:
+    """The TensorBoard run folder of a trace's folder: above `plugins/profile/<run>`, or itself."""
+    parts = trace_dir.split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "plugins" and parts[i + 1] == "profile":
+            return os.sep.join(parts[:i]) or os.sep
+    return trace_dir
+
+
 class Catalog:
     """The traces under one logdir, refreshed at most every `max_age_s`."""
 
@@ -161,6 +175,7 @@ class Catalog:
         self._files: dict[tuple[str, str], TraceFile] = {}
         self._walked_at = float("-inf")
         self._sniffed: dict[str, tuple[FileIdentity, bool]] = {}  # path -> (the version sniffed, is a trace)
+        self._event_files: dict[str, list[str]] = {}  # folder -> its event files, in name order
         self.truncated = False
 
     def files(self) -> dict[tuple[str, str], TraceFile]:
@@ -188,12 +203,22 @@ class Catalog:
     def find(self, run: str, host: str) -> Optional[TraceFile]:
         return self.files().get((run, host))
 
+    def event_files(self, run: str) -> list[str]:
+        """Paths of the TensorBoard event files of a listed run (its scalars), in name order."""
+        files = self.files()
+        with self._lock:
+            for f in files.values():
+                if f.run == run:
+                    return list(self._event_files.get(f.events_dir, []))
+        return []
+
     def _walk(self) -> dict[tuple[str, str], TraceFile]:
         found: list[tuple[str, str, str, str, os.stat_result, str]] = []  # run, stem, name, format, stat, path
         if not self.logdir or not os.path.isdir(self.logdir):
             return {}
         visited = 0
         self.truncated = False
+        event_files: dict[str, list[str]] = {}
         sniffed: dict[str, tuple[FileIdentity, bool]] = {}
         stack = [(self.logdir, 0)]
         while stack:
@@ -216,6 +241,9 @@ class Catalog:
                             stack.append((entry.path, depth + 1))
                         continue
                     if not entry.is_file():
+                        continue
+                    if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
+                        event_files.setdefault(directory, []).append(entry.path)
                         continue
                     split = _split(entry.name)
                     if split is None:
@@ -240,6 +268,7 @@ class Catalog:
                 rel = os.path.relpath(directory, self.logdir)
                 found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
         self._sniffed = sniffed
+        self._event_files = {d: sorted(paths) for d, paths in event_files.items()}
         return self._name_hosts(found)
 
     def _inside(self, path: str) -> bool:
@@ -270,7 +299,8 @@ class Catalog:
             for host, shown_host in _showable(hosts).items():
                 fmt, st, path = raw[(run, host)]
                 out[(shown_run, shown_host)] = TraceFile(shown_run, shown_host, path, fmt, st.st_size,
-                                                         st.st_mtime_ns, st.st_dev, st.st_ino)
+                                                         st.st_mtime_ns, st.st_dev, st.st_ino,
+                                                         events_folder(os.path.dirname(path)))
         return out
 
 

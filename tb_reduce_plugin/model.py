@@ -2,9 +2,13 @@
 
 Per event (index = position in the input's event list): phase code, ts and dur in µs
 (float64, NaN when absent), track id (an interned `(pid, tid)`) and name id; for the
-few phases that need them a flow key, a binding-point flag and an instant scope.
-Counter samples live in a side table (event, series, value). Slices (X and B/E
-pairs) with their per-track order and nesting depth are derived in `slices`.
+few phases that need them a flow key, a binding-point flag and an instant scope;
+and the category (`cat`) each event names. Counter samples live in a side table
+(event, series, value), and so do step markers (event, step number: the events
+carrying a `step_num` arg, as JAX's and TensorFlow's `StepTraceAnnotation` write), so
+waveforms need not read the file again. Process and thread names (the `M` events)
+are kept by pid and track. Slices (X and B/E pairs) with their per-track order and
+nesting depth are derived in `slices`.
 
 Columns are numpy arrays so reduction is vectorised; strings are interned once per
 distinct value. The original JSON of each event is not held in memory: it is
@@ -254,6 +258,27 @@ def _counter_items(raw: msgspec.Raw) -> list[tuple[str, float]]:
     return out
 
 
+_STEP_KEY = b'"step_num"'
+_NAME_METADATA = ("process_name", "thread_name")
+
+
+def step_number(value: Any) -> float:
+    """A `step_num` as written (an int, or a string of digits as JAX's JSON has it); NaN otherwise."""
+    x = _number(value)
+    return x if x == x and abs(x) < 2**53 else NAN
+
+
+def _args_dict(raw: msgspec.Raw) -> dict:
+    try:
+        args = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        try:
+            args = msgspec.json.decode(clean_json_text(bytes(raw))[0])
+        except msgspec.DecodeError:
+            return {}
+    return args if isinstance(args, dict) else {}
+
+
 @dataclass
 class EventTable:
     """Columns of one trace, plus interned strings and counter samples."""
@@ -274,6 +299,17 @@ class EventTable:
     series: list  # series id -> (pid, name, id, key)
     block_events: list[int] = field(default_factory=list)
     block_bytes: list[int] = field(default_factory=list)
+    cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # id into `cats`
+    cats: list = field(default_factory=lambda: [None])
+    step_event: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted event indices
+    step_value: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))  # their step_num
+    process_names: dict = field(default_factory=dict)  # pid -> name (`process_name` metadata)
+    thread_names: dict = field(default_factory=dict)  # track id -> name (`thread_name` metadata)
+
+    def __post_init__(self) -> None:
+        if len(self.cat) != len(self.ph):  # a format without categories: every event's is None
+            self.cat = np.zeros(len(self.ph), dtype=np.int32)
+            self.cats = [None]
 
     def __len__(self) -> int:
         return len(self.ph)
@@ -299,7 +335,7 @@ class TableBuilder:
 
     def __init__(self, account: Any = None) -> None:
         self._account = account
-        columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope")
+        columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope", "cat")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
         self._tracks = Interner()
         self._pids = Interner()
@@ -307,6 +343,11 @@ class TableBuilder:
         self._names = Interner()
         self._flows = Interner()
         self._series = Interner()
+        self._cats = Interner()
+        self._cats.ids_of([None])  # id 0: no category
+        self._steps: list[tuple[int, float]] = []
+        self._process_names: dict = {}
+        self._thread_names: dict = {}
         self._c_event: list[int] = []
         self._c_series: list[int] = []
         self._c_value: list[float] = []
@@ -330,7 +371,7 @@ class TableBuilder:
     def _held(self) -> int:
         """Bytes the builder holds: columns, interned values (strings by their size), samples."""
         interned = 0
-        for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series):
+        for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series, self._cats):
             interned += self._interned_bytes(interner)
         return self._col_bytes + interned + _COUNTER_ROW_BYTES * len(self._c_event)
 
@@ -355,8 +396,12 @@ class TableBuilder:
         c["ph"].append(ph)
         c["ts"].append(_finite(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n)))
         c["dur"].append(_finite(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n)))
-        c["track"].append(self._track_ids(events))
+        track = self._track_ids(events)
+        c["track"].append(track)
         c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
+        c["cat"].append(self._cats.ids_of(map(attrgetter("cat"), events)))
+        self._find_steps(events, ph, base)
+        self._find_names(events, ph, track)
         flow_key = np.full(n, -1, dtype=np.int32)
         bind = np.zeros(n, dtype=bool)
         scope = np.zeros(n, dtype=np.uint8)
@@ -385,6 +430,39 @@ class TableBuilder:
         c["flow_key"].append(flow_key)
         c["bind"].append(bind)
         c["scope"].append(scope)
+
+    def _find_steps(self, events: list[ChromeEvent], ph: np.ndarray, base: int) -> None:
+        """Slices whose args hold a `step_num` (step markers): one C search over the
+        block's args joined, and a look at each event only where the key occurs."""
+        args = list(map(attrgetter("args"), events))
+        joined = b"\x00".join(args)
+        at = joined.find(_STEP_KEY)
+        if at < 0:
+            return
+        ends = np.cumsum(np.fromiter(map(len, args), dtype=np.int64, count=len(args)) + 1)
+        seen = -1
+        while at >= 0:
+            i = int(np.searchsorted(ends, at, side="right"))
+            if i != seen and ph[i] in (PH_X, PH_B):
+                seen = i
+                value = step_number(_args_dict(args[i]).get("step_num"))
+                if value == value:
+                    self._steps.append((base + i, value))
+            at = joined.find(_STEP_KEY, at + 1)
+
+    def _find_names(self, events: list[ChromeEvent], ph: np.ndarray, track: np.ndarray) -> None:
+        """Process and thread names from the block's `M` events (few: one per track)."""
+        for i in np.flatnonzero(ph == PH_M).tolist():
+            ev = events[i]
+            if ev.name not in _NAME_METADATA:
+                continue
+            name = _args_dict(ev.args).get("name")
+            if not isinstance(name, str):
+                continue
+            if ev.name == "process_name":
+                self._process_names[_hashable(ev.pid)] = name
+            else:
+                self._thread_names[int(track[i])] = name
 
     def _track_ids(self, events: list[ChromeEvent]) -> np.ndarray:
         """Track ids without building a (pid, tid) tuple per event: intern pids and
@@ -424,5 +502,11 @@ class TableBuilder:
             series=list(self._series.values),
             block_events=self.block_events,
             block_bytes=self.block_bytes,
+            cat=cat("cat", np.int32),
+            cats=list(self._cats.values),
+            step_event=np.asarray([e for e, _ in self._steps], dtype=np.int64),
+            step_value=np.asarray([v for _, v in self._steps], dtype=np.float64),
+            process_names=dict(self._process_names),
+            thread_names=dict(self._thread_names),
         )
 

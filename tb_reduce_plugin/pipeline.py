@@ -22,6 +22,7 @@ from .errors import TraceError
 from .model import EventTable, TableBuilder, decode_events, valid_utf8
 from .reduction import LEVELS, Plan, check_window, plan, prepared_bytes
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
+from .waveforms.steps import StepSeries, derive
 from .writer import EventSource, Sink, atomic_output, write_trace
 from .xspace import read_xspace
 
@@ -69,9 +70,10 @@ class TraceIndex:
         if self._base_bytes is None:
             t = self.table
             arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
-                      t.counter_event, t.counter_series, t.counter_value)
+                      t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value)
             n = sum(a.nbytes for a in arrays)
             n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
+            n += sum(map(sys.getsizeof, t.cats)) + 120 * (len(t.cats) + len(t.process_names) + len(t.thread_names))
             lines = getattr(self.source, "lines", None)
             if lines:
                 shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
@@ -369,6 +371,31 @@ def reduce_file(
     stats["output"]["file_bytes"] = file_bytes
     stats["timings_s"]["total"] = time.perf_counter() - began
     return stats
+
+
+# Memory per input event of deriving the per-step series at its peak: the slices (if
+# no plan prepared them yet, ~40 B), the category and union arrays (~40 B).
+DERIVE_BYTES_PER_EVENT = 80
+
+
+def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSeries:
+    """The per-step series of an indexed trace (`waveforms.steps`), its working memory
+    charged to `account` first."""
+    if account is not None:
+        account.charge(DERIVE_BYTES_PER_EVENT * index.events, "deriving the per-step series")
+    return derive(index.table)
+
+
+def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+                   max_memory_bytes: Optional[int] = None) -> StepSeries:
+    """The per-step series of a trace file, within `max_memory_bytes` (see `reduce_file`)."""
+    src = os.fspath(src)
+    budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
+    reading = budget.account(f"reading {os.path.basename(src)}")
+    index = index_file(src, max_inflated_bytes, account=reading)
+    index.account = reading
+    with budget.account(f"deriving the steps of {os.path.basename(src)}") as deriving:
+        return derive_index(index, deriving)
 
 
 def event_json(index: TraceIndex, i: int) -> bytes:

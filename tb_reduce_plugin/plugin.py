@@ -8,6 +8,10 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `stats?run=&host=&level=&start_us=&end_us=` — the `tb_reduce` object, sizes, timings
 - `event?run=&host=&i=` — one input event with its full args
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
+- `waveforms?run=&host=` — the per-step series derived from the trace (step time and
+  busy time per category; `steps` empty with a `reason` when it has no step markers)
+- `tags?run=` — the run's scalar tags (its TensorBoard event files) and, per host, the
+  derived series; `scalars?run=&tag=` — a tag's points, with the damaged records skipped
 - `index.js` and `static/…` — the dashboard (plain ES modules from `frontend/`)
 
 Errors are JSON `{"error": "…"}`: 400 bad parameter, 404 unknown run, host or
@@ -160,6 +164,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/stats": self._stats,
             "/event": self._event,
             "/view": self._view,
+            "/waveforms": self._waveforms,
             "/index.js": self._index_js,
             "/static/*": self._static,
         }
@@ -238,6 +243,12 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             raise RequestError(400, f"parameter 'i' must be an event index, not {raw[:40]!r}")
         body = self.service.event(run, host, int(raw))
         return http_util.Respond(request, body, "application/json")
+
+    def _waveforms(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        host = _text_param(request, "host")
+        assert run is not None and host is not None
+        return _json(request, self.service.waveforms(run, host))
 
     def _view(self, request: wrappers.Request) -> wrappers.Response:
         view_params(request)  # a bad link says so at once

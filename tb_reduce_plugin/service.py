@@ -39,10 +39,11 @@ from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, TraceError
 from .gate import ComputeGate, default_workers
-from .pipeline import Level, TraceIndex, check_window, event_json, index_file, reduce_index
+from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
+MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
 
 
 
@@ -90,6 +91,8 @@ class TraceService:
         self._refusals: OrderedDict[tuple, tuple[type, str, dict]] = OrderedDict()  # index key -> why
         self._refusals_lock = threading.Lock()
         self.gate = ComputeGate(workers or default_workers(self.budget.limit), max_waiting, wait_s)
+        self._derived: OrderedDict[tuple, dict] = OrderedDict()  # index key -> per-step series (JSON)
+        self._derived_lock = threading.Lock()
         self.max_input_bytes = int(max_input_mb * MB)
 
     # ---- discovery -----------------------------------------------------------
@@ -268,6 +271,50 @@ class TraceService:
             idx.settle_memory()
         except TraceError:
             pass  # it is already held; the estimate charged at parse time stands
+
+    # ---- waveforms -----------------------------------------------------------------
+    def waveforms(self, run: str, host: str) -> dict:
+        """The per-step series of a (run, host) (`waveforms.steps`), derived once per file version."""
+        tf = self.trace_file(run, host)
+        try:
+            out = self._waveforms(tf)
+        except FileChanged as exc:
+            out = self._waveforms(self._fresh(run, host, tf, exc))
+        return {"run": run, "host": host, **out}
+
+    def derived_series(self, tf: TraceFile) -> Optional[list[str]]:
+        """The series names of a file's per-step series when they are known already (no work)."""
+        with self._derived_lock:
+            found = self._derived.get(self._index_key(tf))
+        return None if found is None else list(found["series"])
+
+    def _waveforms(self, tf: TraceFile) -> dict:
+        key = self._index_key(tf)
+        with self._derived_lock:
+            found = self._derived.get(key)
+            if found is not None:
+                self._derived.move_to_end(key)
+                return found
+        if self.warm_index(tf) is None:
+            self._refusal(tf)
+
+        def compute() -> dict:
+            with self.gate.slot(), self.budget.account(f"deriving the steps of {_name(tf)}") as account:
+                idx = self._index(tf)
+                try:
+                    out = derive_index(idx, account).to_json()
+                except TraceError as exc:
+                    _let_go(exc)
+                    raise _named(exc, tf, "cannot derive the steps of") from None
+                finally:
+                    self._settle_index(idx)  # slices the derivation prepared belong to the index
+            with self._derived_lock:
+                self._derived[key] = out
+                while len(self._derived) > MAX_DERIVED:
+                    self._derived.popitem(last=False)
+            return out
+
+        return self.flight.do(("waveforms", key), compute)
 
     # ---- single events -----------------------------------------------------------
     def event(self, run: str, host: str, i: int) -> bytes:

@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from . import xspace_shape
 from .errors import TraceError
-from .model import NAN, PH_C, PH_M, PH_X, EventTable, Interner
+from .model import NAN, PH_C, PH_M, PH_X, EventTable, Interner, step_number
 from .sources import TraceStream
 from .xspace_schema import XEventScalarsView, XEventView, XSpaceIndexView
 
@@ -46,6 +46,8 @@ _BIG_BYTES = 32
 _CHUNK = 1 << 18  # events decoded per task
 _WRITE_CHUNK = 1 << 15  # events formatted per block written
 ERROR_KEY = "tb_reduce.error"
+STEP_STAT = "step_num"  # what `StepTraceAnnotation` records on its TraceMe
+_MAX_STEP_PROBES = 20_000  # distinct event kinds per line looked at for step markers
 _MAX_STATS = 100_000  # per event: more is no profiler's output, and parsing them would stall a request
 _THREADS = min(4, os.cpu_count() or 1)
 
@@ -574,6 +576,8 @@ class _Gathered:
     located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]
     space_info: dict
     planes: int
+    process_names: dict = field(default_factory=dict)  # pid -> plane name
+    thread_names: dict = field(default_factory=dict)  # (pid, tid) -> line name
 
 
 def _gather(space: Any, file: _File) -> _Gathered:
@@ -585,6 +589,8 @@ def _gather(space: Any, file: _File) -> _Gathered:
     plane_names = [as_text(p.name) for p in planes]
     pids = _plane_pids(plane_names, [p.id for p in planes])
     pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
+    process_names: dict[int, str] = {}
+    thread_names: dict[tuple[int, int], str] = {}
     located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]] = []
     for plane, plane_name, pid in zip(planes, plane_names, pids):
         stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
@@ -616,6 +622,7 @@ def _gather(space: Any, file: _File) -> _Gathered:
         pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
         meta_rows.append(((pid, None), "process_name"))
         meta_json.append(_meta("process_name", pid, None, {"name": plane_name}))
+        process_names[pid] = plane_name
         meta_rows.append(((pid, None), "process_sort_index"))
         meta_json.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
         used_tids: set[int] = set()
@@ -627,12 +634,14 @@ def _gather(space: Any, file: _File) -> _Gathered:
             counter = ln.name == COUNTERS_LINE.encode()
             if not counter:
                 meta_rows.append(((pid, tid), "thread_name"))
-                meta_json.append(_meta("thread_name", pid, tid, {"name": as_text(ln.display_name or ln.name)}))
+                thread_names[(pid, tid)] = as_text(ln.display_name or ln.name)
+                meta_json.append(_meta("thread_name", pid, tid, {"name": thread_names[(pid, tid)]}))
                 meta_rows.append(((pid, tid), "thread_sort_index"))
                 meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
             pending.append((ln.timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names))
             located.append(file.payloads(ln.events))
-    return _Gathered(names, meta_json, meta_rows, pending, located, _space_info(space, planes_info), len(planes))
+    return _Gathered(names, meta_json, meta_rows, pending, located, _space_info(space, planes_info), len(planes),
+                     process_names, thread_names)
 
 
 def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpaceTrace:
@@ -643,6 +652,7 @@ def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpac
     c_event: list[int] = []
     c_series: list[tuple] = []
     c_value: list[float] = []
+    steps: list[tuple[int, float]] = []
     n_meta = len(meta_json)
     unknown_name = None
     first = n_meta
@@ -676,6 +686,8 @@ def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpac
                     c_event.append(first + k)
                     c_series.append((pid, names.values[name_ids[k]], None, key))
                     c_value.append(value)
+        else:
+            steps.extend(_step_markers(line, mids, first))
         cols.add(np.full(n, PH_C if counter else PH_X, dtype=np.uint8), ts, dur,
                  np.full(n, track, dtype=np.int32), name_ids)
         lines.append(line)
@@ -708,10 +720,46 @@ def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpac
         series=list(series.values),
         block_events=[n_meta, total - n_meta],
         block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
+        step_event=np.asarray([e for e, _ in steps], dtype=np.int64),
+        step_value=np.asarray([v for _, v in steps], dtype=np.float64),
+        process_names=dict(g.process_names),
+        thread_names={int(tracks.ids_of([key])[0]): name for key, name in g.thread_names.items()},
     )
     metadata = {"displayTimeUnit": "ns", "xspace": g.space_info}
     return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64),
                        extra={"planes": g.planes, "lines": len(lines), "file": base})
+
+
+def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, float]]:
+    """The line's events that carry a `step_num` stat (`StepTraceAnnotation`), with it.
+
+    Only planes that define a `step_num` stat are looked at; there, the first event of
+    each distinct metadata id is parsed, and the events of the ids whose first one
+    carries the stat are read (one per step: few).
+    """
+    if STEP_STAT not in line.plane.stat_names.values() or not len(mids):
+        return []
+    ids, firsts = np.unique(mids, return_index=True)
+    out: list[tuple[int, float]] = []
+    for mid, k in zip(ids[:_MAX_STEP_PROBES].tolist(), firsts[:_MAX_STEP_PROBES].tolist()):
+        if _step_value(line, k) is None:
+            continue
+        for j in np.flatnonzero(mids == mid).tolist():
+            value = _step_value(line, j)
+            if value is not None:
+                out.append((first + j, value))
+    return out
+
+
+def _step_value(line: _Line, k: int) -> Optional[float]:
+    ev, _ = parse_event(line.data[line.starts[k]:line.ends[k]])
+    if ev is None:
+        return None
+    for st in ev.stats:
+        if line.plane.stat_names.get(st.metadata_id) == STEP_STAT:
+            value = step_number(_stat_value(st, line.plane.stat_names))
+            return value if value == value else None
+    return None
 
 
 def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:

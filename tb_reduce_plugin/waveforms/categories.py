@@ -1,0 +1,139 @@
+"""What kind of work a slice is: the rule table behind the per-step busy series.
+
+docs/SEMANTICS.md ("Waveforms") states these rules for users; this table is the one
+place they live in code. Each slice gets the category of the FIRST rule that
+matches it (or none). A rule looks at the slice's category (`cat`), its name, the
+name of its thread (XSpace line) and whether its track is a device track; it is
+evaluated once per distinct value (name, cat, track), never per event, and applied
+to all slices with numpy.
+
+Scope: when a trace has device tracks, compute, communication and memory are
+measured on the device (what the accelerator did), and the host's own ops are not
+counted again; a CPU-only trace measures them on the host. Data loading is always
+a host activity.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..model import EventTable
+
+COMPUTE, COMMUNICATION, MEMORY, DATA_LOADING = "compute", "communication", "memory", "data_loading"
+DEVICE_IDLE = "device_idle"
+CATEGORIES = (COMPUTE, COMMUNICATION, MEMORY, DATA_LOADING)  # in the order series are listed
+NONE = -1
+
+# Where a rule applies: on device tracks; on host tracks of a trace without device
+# tracks; on host tracks always.
+DEVICE, HOST_ONLY_TRACE, HOST = "device", "host-only-trace", "host"
+
+# Categories a profiler writes on device activity (Kineto, its older `Kernel`/`Memcpy` spelling).
+DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "gpu_user_annotation",
+               "mtia_ccp_events")
+# Process names of device tracks: XSpace planes (`/device:GPU:0`, `/device:TPU:0`).
+DEVICE_PROCESS = re.compile(r"^/device:")
+
+_COLLECTIVE = (r"nccl|rccl|all-?reduce|all_reduce|allreduce|all-?gather|all_gather|allgather|reduce-?scatter"
+               r"|reduce_scatter|all-?to-?all|all_to_all|alltoall|collective-?permute|collective_permute"
+               r"|^(send|recv)(-done|-start)?(\.\d+)?$|c10d::|gloo:|record_param_comms")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Slices matching every given field belong to `category` (an empty field matches all)."""
+
+    category: str
+    where: str
+    cats: Sequence[str] = ()
+    name: Optional[str] = None  # a regular expression searched in the slice's name
+    thread: Optional[str] = None  # a regular expression searched in its thread's name
+
+    def matches_name(self, names: list, used: np.ndarray) -> np.ndarray:
+        """Per name id: does the rule's name pattern match (looked at only for `used` ids)."""
+        out = np.zeros(len(names), dtype=bool)
+        ids = np.flatnonzero(used)
+        out[ids] = _search(self.name, [names[i] for i in ids.tolist()])
+        return out
+
+    def matches_thread(self, thread_names: list) -> np.ndarray:
+        return _search(self.thread, thread_names)
+
+    def matches_cat(self, cats: list) -> np.ndarray:
+        if not self.cats:
+            return np.ones(len(cats), dtype=bool)
+        return np.fromiter((c in self.cats for c in cats), dtype=bool, count=len(cats))
+
+
+RULES: tuple[Rule, ...] = (
+    # On the device (Kineto kernels and copies; XSpace GPU streams and TPU "XLA Ops").
+    Rule(COMMUNICATION, DEVICE, name=f"(?i){_COLLECTIVE}"),
+    Rule(MEMORY, DEVICE, cats=("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")),
+    Rule(MEMORY, DEVICE, name=r"(?i)^(memcpy|memset|copy(device|host)to(device|host))|^copy-(start|done)"),
+    Rule(MEMORY, DEVICE, thread=r"\((Memcpy|Memset)"),
+    Rule(COMPUTE, DEVICE, cats=("kernel", "Kernel", "mtia_ccp_events")),
+    Rule(COMPUTE, DEVICE, thread=r"^Stream #|^XLA Ops$"),
+    # On the host, always.
+    Rule(DATA_LOADING, HOST, name=r"DataLoader|IteratorGetNext|^Iterator::|^tf_data|data_loader"),
+    # On the host of a trace without device tracks.
+    Rule(COMMUNICATION, HOST_ONLY_TRACE, name=f"(?i){_COLLECTIVE}"),
+    Rule(MEMORY, HOST_ONLY_TRACE, name=r"(?i)^\[memory\]$|^(aten::)?(memcpy|memset|copy_)"),
+    Rule(COMPUTE, HOST_ONLY_TRACE, cats=("cpu_op", "Operator")),
+    Rule(COMPUTE, HOST_ONLY_TRACE, name=r"^ThunkExecutor::Execute$|Executable::Execute"),
+)
+
+
+def _search(pattern: Optional[str], values: list) -> np.ndarray:
+    if pattern is None:
+        return np.ones(len(values), dtype=bool)
+    rx = re.compile(pattern)
+    return np.fromiter((isinstance(v, str) and rx.search(v) is not None for v in values), dtype=bool,
+                       count=len(values))
+
+
+def device_tracks(t: EventTable) -> np.ndarray:
+    """Per track: does it belong to a device (an XSpace device plane, or it holds an
+    event whose category only device activity has)."""
+    device = np.zeros(len(t.tracks), dtype=bool)
+    pids = [pid for pid, _ in t.tracks]
+    named = np.fromiter((isinstance(t.process_names.get(p), str) and DEVICE_PROCESS.search(t.process_names[p])
+                         is not None for p in pids), dtype=bool, count=len(pids))
+    device |= named
+    cat_is_device = np.fromiter((c in DEVICE_CATS for c in t.cats), dtype=bool, count=len(t.cats))
+    if cat_is_device.any() and len(t.cat):
+        device[np.unique(t.track[cat_is_device[t.cat]])] = True
+    return device
+
+
+def classify(t: EventTable, slice_events: np.ndarray, slice_tracks: np.ndarray, slice_names: np.ndarray,
+             on_device: np.ndarray) -> np.ndarray:
+    """The category of each slice (an index into CATEGORIES, or NONE), by RULES."""
+    out = np.full(len(slice_events), NONE, dtype=np.int8)
+    if not len(out):
+        return out
+    has_device = bool(on_device.any())
+    thread_names = [t.thread_names.get(i, "") for i in range(len(t.tracks))]
+    slice_cats = t.cat[slice_events]
+    slice_device = on_device[slice_tracks]
+    used_names = np.zeros(len(t.names), dtype=bool)
+    used_names[slice_names] = True
+    for rule in RULES:
+        if rule.where == HOST_ONLY_TRACE and has_device:
+            continue
+        open_ = out == NONE
+        if not open_.any():
+            break
+        where = slice_device if rule.where == DEVICE else ~slice_device
+        ok = open_ & where
+        if rule.cats:
+            ok &= rule.matches_cat(t.cats)[slice_cats]
+        if rule.name is not None:
+            ok &= rule.matches_name(t.names, used_names)[slice_names]
+        if rule.thread is not None:
+            ok &= rule.matches_thread(thread_names)[slice_tracks]
+        out[ok] = CATEGORIES.index(rule.category)
+    return out
