@@ -1,52 +1,27 @@
-// The canvas timeline: drawing a model (see model.js) and the interaction
-// (wheel/drag/W-A-S-D zoom and pan, hover, click).
+// The canvas timeline's core: the view (zoom, pan, scroll), the layout of rows,
+// the ruler, grid, gutter and scrollbar, and the interaction (wheel/drag/W-A-S-D
+// zoom and pan, hover, click). What each kind of track draws, picks and says is
+// in its own module under tracks/ (slices, counters, instants, flows, waveform),
+// listed in tracks/index.js; the core only loops over that list.
 //
 // Performance rules, so pan/zoom stay smooth with 100k+ events:
 // - draw only on demand (one requestAnimationFrame per change), only the rows
-//   that are on screen, and per row only the slices in the view (binary search);
-// - slices narrower than a pixel are merged per pixel column, with a binary
-//   search to jump past the rest of the column (chrome://tracing merges < 2 px;
-//   Perfetto keeps one slice per pixel bucket) — so a frame costs O(pixels),
-//   not O(events);
-// - no allocation per slice per frame: colours are precomputed per name, labels
-//   cached, the hit object reused.
+//   that are on screen, and per row only the marks in the view (binary search);
+// - marks narrower than a pixel are merged per pixel column (chrome://tracing
+//   merges < 2 px; Perfetto keeps one slice per pixel bucket) — so a frame costs
+//   O(pixels), not O(events);
+// - no allocation per mark per frame: colours are precomputed per name, labels
+//   cached.
 //
 // Times: the view is in absolute µs (as the server's routes take them); a
 // model's arrays are relative to model.origin, so float precision holds even
 // for epoch-µs traces (5e12 µs).
-import {colorForName, strokeForName} from './color.js';
 import {el} from './dom.js';
-import {formatCount, formatDuration, formatTick, niceStep} from './format.js';
-import {FLAG_SUMMARY, lowerBound, summaryInfo} from './model.js';
+import {formatDuration, formatTick, niceStep} from './format.js';
+import {BOLD_FONT, COLORS, FONT, PROC_H, ROW_H, RULER_H, fitText} from './tracks/common.js';
+import {KIND_OF_HIT, TRACK_KINDS} from './tracks/index.js';
 
-const RULER_H = 26;
-const PROC_H = 20;
-const ROW_H = 18;
-const SLICE_H = 16;
-const TRACK_PAD = 4;
-const EMPTY_TRACK_H = 10;
-const COUNTER_H = 40;
 const MIN_SPAN_US = 1e-3;
-const LABEL_MIN_PX = 22;
-const FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
-const BOLD_FONT = `bold ${FONT}`;
-const COLORS = {
-  bg: '#ffffff',
-  gutter: '#f7f7f8',
-  gutterLine: '#d9d9de',
-  procBand: '#eceef2',
-  text: '#1b1b1f',
-  mutedText: '#5f6368',
-  grid: 'rgba(0,0,0,0.06)',
-  summary: '#d5d5d8',
-  summaryStripe: '#9b9ba3',
-  notLoaded: 'rgba(120,120,130,0.10)',
-  instant: 'rgba(38,50,56,0.8)',
-  globalInstant: 'rgba(198,40,40,0.55)',
-  flow: 'rgba(40,40,70,0.5)',
-  hover: '#000000',
-  selected: '#1a73e8',
-};
 
 export class Timeline {
   constructor(container, {onViewChange, onSelect} = {}) {
@@ -58,21 +33,19 @@ export class Timeline {
     this.tooltip = el('div', {class: 'tbr-tooltip', role: 'tooltip', hidden: true});
     container.append(this.canvas, this.tooltip);
     this.ctx = this.canvas.getContext('2d', {alpha: false});
-    this.hatch = makeHatch(this.ctx);
 
     this.model = null;
     this.view = null;
     this.extent = null; // the whole trace's [t0, t1], once known
     this.displayOrigin = null; // ruler zero
     this.dataWindow = null; // where the model holds data (absolute µs)
-    this.items = [];
+    this.items = []; // the layout: {kind, index, y, h, owner} top to bottom, y in content px
+    this.rowItems = new Map(); // row kind → (index → item)
     this.contentH = 0;
     this.scrollY = 0;
     this.showFlows = false;
     this.hover = null;
     this.selected = null;
-    this.colors = [];
-    this.labels = new Map();
     this.width = 0;
     this.height = 0;
     this.dpr = 1;
@@ -88,9 +61,23 @@ export class Timeline {
     this.keys = new Set();
     this.keyLoop = 0;
 
+    this.kinds = TRACK_KINDS;
+    this.trackState = new Map(this.kinds.map((k) => [k, k.init(this)]));
+
     this.resize();
     new ResizeObserver(() => this.resize()).observe(container);
     this.bindEvents();
+  }
+
+  /** What track kind `kind` keeps for this timeline (made by its init). */
+  stateOf(kind) {
+    return this.trackState.get(kind);
+  }
+
+  /** The layout row of kind `rowKind` ('track', 'counter', 'waveform') and index, if laid out. */
+  rowItem(rowKind, index) {
+    const rows = this.rowItems.get(rowKind);
+    return rows ? rows.get(index) : undefined;
   }
 
   // ---- data ----------------------------------------------------------------
@@ -98,9 +85,7 @@ export class Timeline {
   setModel(model, dataWindow) {
     this.model = model;
     this.dataWindow = dataWindow || model.window;
-    this.colors = model.names.map(colorForName);
-    this.counterColors = model.counters.map((c) => strokeForName(c.label));
-    this.labels.clear();
+    for (const k of this.kinds) k.prepare(this, model);
     this.hover = null;
     this.layout();
     if (!this.view) this.view = model.window.slice();
@@ -108,7 +93,33 @@ export class Timeline {
     this.requestDraw();
   }
 
-  /** Forgets everything (another run or host). */
+  /**
+   * The waveform row above the processes; `wave` is null (no row) or
+   *   {name: string, label: string (the gutter's text),
+   *    points: [{t0: µs, t1: µs, value: number, step: int}, …]  (absolute µs, like setView),
+   *    marked: Set<int> | Array<int>  (indices into points: the slowest steps, ringed in red)}.
+   * Each point is a dot at the middle of t0..t1, its value scaled between the min and max
+   * of the finite values; consecutive points are joined; a non-finite value is a gap with
+   * a mark at the baseline. Hovering shows the step, its value and duration; a click calls
+   * onSelect({kind: 'waveform', index, point, step, value, t0, t1, marked}). The row stays
+   * across setModel (zoom, level) and goes with clear() (another run or host).
+   */
+  setWaveform(wave) {
+    this.setTrackData('waveform', wave);
+  }
+
+  /** Gives track kind `kind` (a hit kind: 'waveform') its own data, and lays the rows out again. */
+  setTrackData(kind, data) {
+    const k = KIND_OF_HIT.get(kind);
+    if (!k) throw new Error(`no track kind ${kind}`);
+    k.setData(this, data);
+    if (this.hover && this.hover.kind === kind) this.setHover(null, 0, 0);
+    if (this.selected && this.selected.kind === kind) this.selected = null;
+    if (this.model) this.layout();
+    this.requestDraw();
+  }
+
+  /** Forgets everything (another run or host), the waveform included. */
   clear() {
     this.model = null;
     this.view = null;
@@ -116,9 +127,11 @@ export class Timeline {
     this.displayOrigin = null;
     this.dataWindow = null;
     this.items = [];
+    this.rowItems = new Map();
     this.selected = null;
     this.hover = null;
     this.scrollY = 0;
+    for (const k of this.kinds) k.setData(this, null);
     this.hideTooltip();
     this.requestDraw();
   }
@@ -138,28 +151,36 @@ export class Timeline {
     this.requestDraw();
   }
 
-  /** Rows of the layout: process bands, counter tracks, thread tracks; y in content px. */
+  /**
+   * Rows of the layout, y in content px: the rows above the processes (the waveform),
+   * then per process its band and each kind's rows in it (counters, thread tracks).
+   */
   layout() {
     const m = this.model;
     const items = [];
     let y = 0;
+    const place = (proc) => {
+      for (const k of this.kinds) {
+        if (!k.row) continue;
+        for (const index of k.rows(this, m, proc)) {
+          const h = k.height(this, m, index);
+          items.push({kind: k.row, index, y, h, owner: k});
+          y += h;
+        }
+      }
+    };
+    place(-1);
     for (let p = 0; p < m.processes.length; p += 1) {
-      items.push({kind: 'proc', index: p, y, h: PROC_H});
+      items.push({kind: 'proc', index: p, y, h: PROC_H, owner: null});
       y += PROC_H;
-      for (let c = 0; c < m.counters.length; c += 1) {
-        if (m.counters[c].proc !== p) continue;
-        items.push({kind: 'counter', index: c, y, h: COUNTER_H});
-        y += COUNTER_H;
-      }
-      for (let t = m.processTracks[p]; t < m.processTracks[p + 1]; t += 1) {
-        const rows = m.tracks[t].depthCount;
-        const h = rows ? rows * ROW_H + TRACK_PAD : EMPTY_TRACK_H + TRACK_PAD;
-        items.push({kind: 'track', index: t, y, h});
-        y += h;
-      }
+      place(p);
     }
     this.items = items;
-    this.trackItem = new Map(items.filter((i) => i.kind === 'track').map((i) => [i.index, i]));
+    this.rowItems = new Map();
+    for (const item of items) {
+      if (!this.rowItems.has(item.kind)) this.rowItems.set(item.kind, new Map());
+      this.rowItems.get(item.kind).set(item.index, item);
+    }
     this.contentH = y;
     this.clampScroll();
   }
@@ -201,6 +222,13 @@ export class Timeline {
     const t = s + frac * span;
     const next = span * factor;
     this.setView(t - frac * next, t - frac * next + next);
+  }
+
+  /** Shows [t0, t1] (absolute µs) with `pad` of its span on each side (a step, a summary slice). */
+  zoomTo(t0, t1, {pad = 0.1} = {}) {
+    if (!(Number.isFinite(t0) && Number.isFinite(t1) && t1 >= t0)) return;
+    const margin = (t1 - t0) * pad || 1;
+    this.setView(t0 - margin, t1 + margin);
   }
 
   panPx(dx) {
@@ -249,6 +277,16 @@ export class Timeline {
     requestAnimationFrame(() => this.draw());
   }
 
+  /** What the track kinds draw and pick with: the model, the scale and the view (see tracks/index.js). */
+  frame() {
+    const m = this.model;
+    const X0 = this.gutter;
+    const scale = this.plotWidth() / (this.view[1] - this.view[0]);
+    const vs = this.view[0] - m.origin; // view start, model-relative
+    const right = this.width;
+    return {m, ctx: this.ctx, X0, scale, vs, ve: vs + (right - X0) / scale, view0: this.view[0], right};
+  }
+
   draw() {
     this.frameRequested = false;
     const started = performance.now();
@@ -260,19 +298,16 @@ export class Timeline {
     ctx.textBaseline = 'middle';
     const m = this.model;
     if (m && this.view) {
-      const X0 = this.gutter;
-      const scale = this.plotWidth() / (this.view[1] - this.view[0]);
-      const vs = this.view[0] - m.origin; // view start, model-relative
+      const f = this.frame();
       ctx.save();
       ctx.beginPath();
-      ctx.rect(X0, RULER_H, W - X0, H - RULER_H);
+      ctx.rect(f.X0, RULER_H, W - f.X0, H - RULER_H);
       ctx.clip();
-      this.drawGrid(X0, scale);
-      this.drawItems(m, X0, scale, vs);
-      this.drawGlobalInstants(m, X0, scale, vs);
-      if (this.showFlows) this.drawFlows(m, X0, scale, vs);
-      this.drawNotLoaded(X0, scale);
-      this.drawHighlights(m, X0, scale, vs);
+      this.drawGrid(f.X0, f.scale);
+      this.drawItems(f);
+      for (const k of this.kinds) k.drawOver(this, f);
+      this.drawNotLoaded(f.X0, f.scale);
+      this.drawHighlights(f);
       ctx.restore();
       this.drawGutter(m);
       this.drawScrollbar();
@@ -295,253 +330,20 @@ export class Timeline {
     }
   }
 
-  drawItems(m, X0, scale, vs) {
+  /** Each row on screen: a process's band, then what every kind draws in it, then its bottom line. */
+  drawItems(f) {
     const ctx = this.ctx;
     this.visibleItems((item, y) => {
       if (item.kind === 'proc') {
         ctx.fillStyle = COLORS.procBand;
-        ctx.fillRect(X0, y, this.width - X0, item.h);
-        this.drawInstants(m, m.instants.procBase + item.index, X0, scale, vs, y + 3, item.h - 6);
-      } else if (item.kind === 'counter') {
-        this.drawCounter(m, item.index, X0, scale, vs, y, item.h);
-      } else {
-        const track = m.tracks[item.index];
-        for (let d = 0; d < track.depthCount; d += 1) {
-          const ry = y + d * ROW_H + 1;
-          if (ry + ROW_H < RULER_H || ry > this.height) continue;
-          this.drawRow(m, track.rowBase + d, X0, scale, vs, ry);
-        }
-        const rows = Math.max(1, track.depthCount);
-        this.drawInstants(m, m.instants.trackBase + item.index, X0, scale, vs, y, rows * ROW_H);
+        ctx.fillRect(f.X0, y, this.width - f.X0, item.h);
+      }
+      for (const k of this.kinds) k.draw(this, f, item, y);
+      if (item.kind !== 'proc') {
         ctx.fillStyle = COLORS.gutterLine;
-        ctx.fillRect(X0, y + item.h - 1, this.width - X0, 1);
+        ctx.fillRect(f.X0, y + item.h - 1, this.width - f.X0, 1);
       }
     });
-  }
-
-  /** One (track, depth) row: slices never overlap, so starts and ends are both sorted. */
-  drawRow(m, row, X0, scale, vs, y) {
-    const ctx = this.ctx;
-    const s = m.slices;
-    const a = s.rowStart[row];
-    const b = s.rowStart[row + 1];
-    const right = this.width;
-    const ve = vs + (right - X0) / scale;
-    // first slice ending at or after the view start: ends are sorted within a row
-    let lo = a;
-    let hi = b;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (s.ts[mid] + s.dur[mid] < vs) lo = mid + 1;
-      else hi = mid;
-    }
-    let i = lo;
-    let style = null;
-    while (i < b) {
-      const ts = s.ts[i];
-      if (ts > ve) break;
-      const xa = X0 + (ts - vs) * scale;
-      const w = s.dur[i] * scale;
-      const summary = s.flags[i] & FLAG_SUMMARY;
-      if (w >= 1) {
-        const x0 = Math.max(xa, X0 - 2);
-        const x1 = Math.min(xa + w, right + 2);
-        if (summary) {
-          ctx.fillStyle = COLORS.summary;
-          ctx.fillRect(x0, y, x1 - x0, SLICE_H);
-          ctx.fillStyle = this.hatch;
-          ctx.fillRect(x0, y, x1 - x0, SLICE_H);
-          style = null;
-        } else {
-          const c = this.colors[s.name[i]];
-          if (c !== style) ctx.fillStyle = style = c;
-          ctx.fillRect(x0, y, x1 - x0, SLICE_H);
-        }
-        if (x1 - x0 >= LABEL_MIN_PX) {
-          this.drawLabel(m, i, x0, x1, y);
-          style = null;
-        }
-        i += 1;
-        continue;
-      }
-      // Sub-pixel slices: one mark per pixel column, then jump past the column.
-      const px = Math.floor(xa);
-      const tNext = vs + (px + 1 - X0) / scale;
-      const j = lowerBound(s.ts, tNext, i + 1, b);
-      const last = j - 1;
-      const c = summary ? COLORS.summaryStripe : this.colors[s.name[i]];
-      if (c !== style) ctx.fillStyle = style = c;
-      if (last > i && s.dur[last] * scale >= 1) {
-        ctx.fillRect(px, y, 1, SLICE_H); // the next one is wide: draw it on its own
-        i = last;
-      } else {
-        const xe = X0 + (s.ts[last] + s.dur[last] - vs) * scale;
-        ctx.fillRect(px, y, Math.max(1, Math.min(xe, right) - px), SLICE_H);
-        i = j;
-      }
-    }
-  }
-
-  drawLabel(m, i, x0, x1, y) {
-    const ctx = this.ctx;
-    const left = Math.max(x0, this.gutter) + 3;
-    const maxChars = Math.floor((Math.min(x1, this.width) - left - 3) / this.charW);
-    if (maxChars < 2) return;
-    const summary = m.slices.flags[i] & FLAG_SUMMARY;
-    const key = (summary ? (m.names.length + i) : m.slices.name[i]) * 1024 + Math.min(maxChars, 1023);
-    let text = this.labels.get(key);
-    if (text === undefined) {
-      let full = m.names[m.slices.name[i]];
-      if (summary) {
-        const info = summaryInfo(m, m.slices.k[i]);
-        full = `${info ? formatCount(info.count) : '?'} folded · ${full}`;
-      }
-      text = full.length <= maxChars ? full : `${full.slice(0, Math.max(1, maxChars - 1))}…`;
-      if (this.labels.size > 50000) this.labels.clear();
-      this.labels.set(key, text);
-    }
-    ctx.fillStyle = summary ? '#303036' : COLORS.text;
-    ctx.fillText(text, left, y + SLICE_H / 2 + 0.5);
-  }
-
-  /** Instant marks: a small chevron and a faint tick, at most one per pixel column. */
-  drawInstants(m, group, X0, scale, vs, y, h) {
-    const inst = m.instants;
-    const a = inst.start[group];
-    const b = inst.start[group + 1];
-    if (a === b) return;
-    const ctx = this.ctx;
-    const ve = vs + (this.width - X0) / scale;
-    let i = lowerBound(inst.ts, vs - 4 / scale, a, b);
-    let lastPx = -10;
-    ctx.fillStyle = COLORS.instant;
-    ctx.beginPath();
-    for (; i < b; i += 1) {
-      const t = inst.ts[i];
-      if (t > ve + 4 / scale) break;
-      const px = Math.round(X0 + (t - vs) * scale);
-      if (px - lastPx < 2) continue; // chevrons closer than 2 px merge
-      lastPx = px;
-      ctx.moveTo(px - 3, y);
-      ctx.lineTo(px + 4, y);
-      ctx.lineTo(px + 0.5, y + 5);
-      ctx.closePath();
-    }
-    ctx.fill();
-  }
-
-  drawGlobalInstants(m, X0, scale, vs) {
-    const inst = m.instants;
-    const g = inst.globalGroup;
-    const a = inst.start[g];
-    const b = inst.start[g + 1];
-    if (a === b) return;
-    const ctx = this.ctx;
-    const ve = vs + (this.width - X0) / scale;
-    ctx.fillStyle = COLORS.globalInstant;
-    let lastPx = -1;
-    for (let i = lowerBound(inst.ts, vs, a, b); i < b && inst.ts[i] <= ve; i += 1) {
-      const px = Math.round(X0 + (inst.ts[i] - vs) * scale);
-      if (px === lastPx) continue;
-      lastPx = px;
-      ctx.fillRect(px, RULER_H, 1, this.height - RULER_H);
-    }
-  }
-
-  /** A counter as a step line; dense stretches become one min–max bar per pixel column. */
-  drawCounter(m, index, X0, scale, vs, y, h) {
-    const c = m.counters[index];
-    const ctx = this.ctx;
-    const n = c.ts.length;
-    if (!n) return;
-    const top = y + 4;
-    const height = h - 8;
-    const range = c.max - c.min || 1;
-    const yOf = (v) => top + height - ((v - c.min) / range) * height;
-    const ve = vs + (this.width - X0) / scale;
-    let i = Math.max(0, lowerBound(c.ts, vs, 0, n) - 1);
-    ctx.strokeStyle = this.counterColors[index];
-    ctx.lineWidth = 1;
-    ctx.beginPath();
-    let px = Math.round(X0 + (c.ts[i] - vs) * scale);
-    let lastY = yOf(c.val[i]);
-    let minY = lastY;
-    let maxY = lastY;
-    ctx.moveTo(Math.max(px, X0 - 2), lastY);
-    for (i += 1; i < n; i += 1) {
-      const x = Math.round(X0 + (c.ts[i] - vs) * scale);
-      const yy = yOf(c.val[i]);
-      if (x === px) {
-        if (yy < minY) minY = yy;
-        if (yy > maxY) maxY = yy;
-        lastY = yy;
-        continue;
-      }
-      if (maxY > minY) {
-        ctx.lineTo(px, minY);
-        ctx.lineTo(px, maxY);
-        ctx.lineTo(px, lastY);
-      }
-      ctx.lineTo(x, lastY);
-      ctx.lineTo(x, yy);
-      px = x;
-      lastY = minY = maxY = yy;
-      if (c.ts[i] > ve) break;
-    }
-    if (i >= n) ctx.lineTo(Math.min(this.width, X0 + (m.window[1] - m.origin - vs) * scale), lastY);
-    ctx.stroke();
-    ctx.fillStyle = COLORS.mutedText;
-    ctx.fillText(`max ${trimNumber(c.max)}`, X0 + 4, top + 5);
-    ctx.fillStyle = COLORS.gutterLine;
-    ctx.fillRect(X0, y + h - 1, this.width - X0, 1);
-  }
-
-  /** y (canvas px) of a row's middle, or null when its track is not laid out. */
-  rowY(track, depth) {
-    const item = this.trackItem.get(track);
-    if (!item) return null;
-    return RULER_H + item.y - this.scrollY + depth * ROW_H + 1 + SLICE_H / 2;
-  }
-
-  /**
-   * Flow arrows, thinned where dense: per (from track, to track), an arrow
-   * starting within 8 px of the last one drawn is skipped (zoom in to see each).
-   */
-  drawFlows(m, X0, scale, vs) {
-    const f = m.arrows;
-    if (!f.count) return;
-    const ctx = this.ctx;
-    const right = this.width;
-    if (!this.flowLastX || this.flowLastX.length < f.pairs) this.flowLastX = new Float64Array(f.pairs);
-    const lastX = this.flowLastX;
-    lastX.fill(-Infinity);
-    ctx.strokeStyle = COLORS.flow;
-    ctx.fillStyle = COLORS.flow;
-    ctx.lineWidth = 1;
-    const ve = vs + (right - X0) / scale;
-    // arrows are sorted by start: skip those that start after the view, and (cheaply) most that end before it
-    for (let i = 0; i < f.count && f.fromTs[i] <= ve; i += 1) {
-      const xa = X0 + (f.fromTs[i] - vs) * scale;
-      const xb = X0 + (f.toTs[i] - vs) * scale;
-      if ((xa < X0 && xb < X0) || (xa > right && xb > right)) continue;
-      const p = f.pair[i];
-      if (xa - lastX[p] < 8) continue;
-      const ya = this.rowY(f.fromTrack[i], f.fromDepth[i]);
-      const yb = this.rowY(f.toTrack[i], f.toDepth[i]);
-      if (ya === null || yb === null) continue;
-      if ((ya < RULER_H && yb < RULER_H) || (ya > this.height && yb > this.height)) continue;
-      lastX[p] = xa;
-      const bend = Math.max(12, Math.min(60, Math.abs(xb - xa) / 2));
-      ctx.beginPath();
-      ctx.moveTo(xa, ya);
-      ctx.bezierCurveTo(xa + bend, ya, xb - bend, yb, xb, yb);
-      ctx.stroke();
-      ctx.beginPath();
-      ctx.moveTo(xb, yb);
-      ctx.lineTo(xb - 6, yb - 3.5);
-      ctx.lineTo(xb - 6, yb + 3.5);
-      ctx.fill();
-    }
   }
 
   /** Greys out the parts of the view the current data does not cover (a fetch is coming). */
@@ -555,19 +357,10 @@ export class Timeline {
     if (xb < this.width) ctx.fillRect(Math.max(X0, xb), RULER_H, this.width - Math.max(X0, xb), this.height - RULER_H);
   }
 
-  drawHighlights(m, X0, scale, vs) {
+  drawHighlights(f) {
     for (const [hit, color, width] of [[this.hover, COLORS.hover, 1], [this.selected, COLORS.selected, 2]]) {
-      if (!hit || hit.kind !== 'slice' || hit.model !== m) continue;
-      const s = m.slices;
-      const i = hit.index;
-      const item = this.trackItem.get(s.rowTrack[s.row[i]]);
-      if (!item) continue;
-      const y = RULER_H + item.y - this.scrollY + s.depth[i] * ROW_H + 1;
-      const xa = X0 + (s.ts[i] - vs) * scale;
-      const w = Math.max(1, s.dur[i] * scale);
-      this.ctx.strokeStyle = color;
-      this.ctx.lineWidth = width;
-      this.ctx.strokeRect(Math.max(xa, X0 - 4) - 0.5, y - 0.5, Math.min(w, this.width + 8) + 1, SLICE_H + 1);
+      const k = hit && KIND_OF_HIT.get(hit.kind);
+      if (k) k.highlight(this, f, hit, color, width);
     }
   }
 
@@ -604,18 +397,19 @@ export class Timeline {
         ctx.font = BOLD_FONT;
         text = m.processes[item.index].label;
         indent = 6;
-      } else if (item.kind === 'counter') {
-        ctx.font = FONT;
-        text = m.counters[item.index].label;
       } else {
         ctx.font = FONT;
-        text = m.tracks[item.index].label;
+        text = item.owner.label(this, m, item.index);
       }
       ctx.fillStyle = COLORS.text;
       const maxChars = Math.floor((G - indent - 6) / this.charW);
-      const shown = text.length > maxChars ? `${text.slice(0, Math.max(1, maxChars - 1))}…` : text;
       const ty = item.kind === 'proc' ? y + item.h / 2 : y + Math.min(item.h, ROW_H) / 2 + 1;
-      ctx.fillText(shown, indent, ty);
+      ctx.fillText(fitText(text, maxChars), indent, ty);
+      const note = item.owner && item.h >= 2 * ROW_H ? item.owner.note(this, m, item.index) : '';
+      if (note) {
+        ctx.fillStyle = COLORS.mutedText;
+        ctx.fillText(fitText(note, maxChars), indent, ty + ROW_H - 2);
+      }
       if (item.kind !== 'proc') {
         ctx.fillStyle = COLORS.gutterLine;
         ctx.fillRect(0, y + item.h - 1, G - 1, 1);
@@ -662,55 +456,47 @@ export class Timeline {
   }
 
   // ---- hit testing ---------------------------------------------------------
-  /** What is under canvas point (x, y): {kind, index, model, …} or null. */
+  /** What is under canvas point (x, y): {kind, index, model, …} or null; the kind drawn last is asked first. */
   hitTest(x, y) {
     const m = this.model;
     if (!m || !this.view || x < this.gutter || y < RULER_H) return null;
     const cy = y - RULER_H + this.scrollY;
     const item = this.items.find((it) => cy >= it.y && cy < it.y + it.h);
     if (!item) return null;
-    const scale = this.plotWidth() / (this.view[1] - this.view[0]);
-    const t = this.view[0] - m.origin + (x - this.gutter) / scale;
-    const tol = 3 / scale; // a few pixels, so sub-pixel slices can be picked
-    if (item.kind === 'counter') {
-      const c = m.counters[item.index];
-      const i = lowerBound(c.ts, t, 0, c.ts.length) - 1;
-      if (i < 0) return null;
-      return {kind: 'counter', index: item.index, sample: i, model: m};
-    }
-    if (item.kind === 'proc') return this.hitInstant(m, m.instants.procBase + item.index, t, tol);
-    const track = m.tracks[item.index];
-    if (cy - item.y <= 6) {
-      // the instants' chevrons sit on top of the track's first row
-      const instant = this.hitInstant(m, m.instants.trackBase + item.index, t, tol);
-      if (instant) return instant;
-    }
-    const depth = Math.floor((cy - item.y - 1) / ROW_H);
-    if (depth >= 0 && depth < track.depthCount && cy - item.y - 1 - depth * ROW_H <= SLICE_H) {
-      const s = m.slices;
-      const row = track.rowBase + depth;
-      const a = s.rowStart[row];
-      const b = s.rowStart[row + 1];
-      const i = lowerBound(s.ts, t + tol, a, b) - 1;
-      // nearest of the candidates around t: the one containing t wins
-      let best = -1;
-      let bestDist = Infinity;
-      for (let j = Math.max(a, i - 1); j <= Math.min(b - 1, i + 1); j += 1) {
-        const dist = t < s.ts[j] ? s.ts[j] - t : Math.max(0, t - (s.ts[j] + s.dur[j]));
-        if (dist < bestDist) [best, bestDist] = [j, dist];
-      }
-      if (best >= 0 && bestDist <= tol) return {kind: 'slice', index: best, model: m};
+    const f = this.frame();
+    const t = f.vs + (x - this.gutter) / f.scale;
+    const p = {x, y, cy, t, tol: 3 / f.scale}; // a few pixels, so sub-pixel slices can be picked
+    for (let i = this.kinds.length - 1; i >= 0; i -= 1) {
+      const hit = this.kinds[i].hitTest(this, f, item, p);
+      if (hit) return hit;
     }
     return null;
   }
 
-  hitInstant(m, group, t, tol) {
-    const inst = m.instants;
-    const a = inst.start[group];
-    const b = inst.start[group + 1];
-    const i = lowerBound(inst.ts, t - tol, a, b);
-    if (i < b && inst.ts[i] <= t + tol) return {kind: 'instant', index: i, model: m};
-    return null;
+  /** The tooltip's lines for a hit: [[cssClass, text], …]. */
+  describe(hit) {
+    return describeHit(this.model, hit, this.displayOrigin ?? (this.model ? this.model.origin : 0));
+  }
+
+  /**
+   * What a details panel shows for a hit, times from the ruler's zero:
+   * {name, rows: [[key, text], …], k (the event's key in the model, null if none),
+   *  summary ({count, top} for a summary slice, else null), span ([t0, t1] absolute µs, or null)}.
+   */
+  details(hit) {
+    const k = hit && KIND_OF_HIT.get(hit.kind);
+    if (!k) return null;
+    const m = hit.model || this.model;
+    return k.details(m, hit, this.displayOrigin ?? (m ? m.origin : 0));
+  }
+
+  /** Test hook: where kind `kind` draws `query` (slice: a name; waveform: a point's index), in canvas and page px. */
+  locate(kind, query) {
+    const k = KIND_OF_HIT.get(kind);
+    const where = k ? k.locate(this, query) : null;
+    if (!where) return null;
+    const rect = this.canvas.getBoundingClientRect();
+    return {...where, clientX: rect.left + where.x, clientY: rect.top + where.y};
   }
 
   /**
@@ -718,25 +504,7 @@ export class Timeline {
    * {x, y} relative to the canvas and {clientX, clientY} in the page.
    */
   locateSlice(name) {
-    const m = this.model;
-    if (!m || !this.view) return null;
-    const id = m.names.indexOf(name);
-    if (id < 0) return null;
-    const s = m.slices;
-    const scale = this.plotWidth() / (this.view[1] - this.view[0]);
-    const rect = this.canvas.getBoundingClientRect();
-    for (let i = 0; i < s.count; i += 1) {
-      if (s.name[i] !== id) continue;
-      const item = this.trackItem.get(s.rowTrack[s.row[i]]);
-      const vs = this.view[0] - m.origin;
-      const xa = Math.max(this.gutter, this.gutter + (s.ts[i] - vs) * scale);
-      const xb = Math.min(this.width, this.gutter + (s.ts[i] + s.dur[i] - vs) * scale);
-      const y = RULER_H + item.y - this.scrollY + s.depth[i] * ROW_H + 1 + SLICE_H / 2;
-      if (xb <= xa || y < RULER_H || y > this.height) continue;
-      const x = (xa + xb) / 2;
-      return {x, y, clientX: rect.left + x, clientY: rect.top + y};
-    }
-    return null;
+    return this.locate('slice', name);
   }
 
   // ---- interaction ---------------------------------------------------------
@@ -900,52 +668,8 @@ export class Timeline {
   }
 }
 
-function trimNumber(v) {
-  if (Math.abs(v) >= 1e6 || (Math.abs(v) < 1e-3 && v !== 0)) return v.toExponential(2);
-  return String(Number(v.toFixed(3)));
-}
-
 /** The hover text of a hit: [[cssClass, text], …]. Exported for the details panel. */
 export function describeHit(m, hit, origin) {
-  const rel = (t) => formatDuration(t + m.origin - origin);
-  if (hit.kind === 'slice') {
-    const s = m.slices;
-    const i = hit.index;
-    const lines = [['tbr-tip-name', m.names[s.name[i]]]];
-    lines.push(['', `start ${rel(s.ts[i])} · duration ${formatDuration(s.dur[i])}`]);
-    if (s.flags[i] & FLAG_SUMMARY) {
-      const info = summaryInfo(m, s.k[i]) || {count: 0, top: []};
-      lines.push(['tbr-tip-summary', `${formatCount(info.count)} events folded here (summary slice)`]);
-      for (const [name, count] of info.top) lines.push(['tbr-tip-top', `${formatCount(count)} × ${name}`]);
-      lines.push(['tbr-tip-hint', 'zoom in to see them']);
-    }
-    return lines;
-  }
-  if (hit.kind === 'instant') {
-    const inst = m.instants;
-    return [['tbr-tip-name', m.names[inst.name[hit.index]]], ['', `instant at ${rel(inst.ts[hit.index])}`]];
-  }
-  if (hit.kind === 'counter') {
-    const c = m.counters[hit.index];
-    return [['tbr-tip-name', c.label], ['', `${trimNumber(c.val[hit.sample])} at ${rel(c.ts[hit.sample])}`]];
-  }
-  return [];
-}
-
-/** Diagonal stripes over grey: summary slices read as "many events folded here", not as one event. */
-function makeHatch(ctx) {
-  const tile = document.createElement('canvas');
-  tile.width = tile.height = 6;
-  const t = tile.getContext('2d');
-  t.strokeStyle = COLORS.summaryStripe;
-  t.lineWidth = 1.2;
-  t.beginPath();
-  t.moveTo(-1, 7);
-  t.lineTo(7, -1);
-  t.moveTo(-1, 1);
-  t.lineTo(1, -1);
-  t.moveTo(5, 7);
-  t.lineTo(7, 5);
-  t.stroke();
-  return ctx.createPattern(tile, 'repeat');
+  const k = hit && KIND_OF_HIT.get(hit.kind);
+  return k ? k.describe(m, hit, origin) : [];
 }
