@@ -20,6 +20,7 @@ setup(
         "isal>=1.6",
         "protobuf>=4.25",  # upb, the C parser; our own XSpace schema needs no protoc
         "tensorboard>=2.21",
+        "google-crc32c>=1.5",  # the event-file reader checks every record's CRC32C in C
         "werkzeug>=2.0",
     ],
     extras_require={

@@ -1,13 +1,16 @@
 """The `tb-reduce` command line.
 
 `tb-reduce reduce IN -o OUT` writes a reduced trace, shows progress on a terminal,
-prints one summary line, and on bad input exits 2 with one line on stderr — never a
+prints one summary line; `tb-reduce waveforms TRACE` prints its per-step series;
+`tb-reduce scalars PATH` the scalars of TensorBoard event files, past damaged records.
+On bad input each exits 2 with one line on stderr — never a
 traceback, since the users are often running it on a cluster log they cannot fix.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -18,7 +21,7 @@ from typing import Any, NoReturn, Optional, Sequence
 
 from .budget import machine_memory_bytes
 from .errors import TraceError, display_name
-from .pipeline import check_window, parse_level, reduce_file
+from .pipeline import check_window, parse_level, reduce_file, waveforms_file
 from .writer import atomic_output
 
 EXIT_BAD_INPUT = 2
@@ -126,6 +129,92 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_waveforms(args: argparse.Namespace) -> int:
+    series = waveforms_file(args.input, max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
+                            max_memory_bytes=int(args.max_memory_mb * 1024 * 1024))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(_finite(series.to_json()), allow_nan=False) + "\n")
+    else:
+        header, rows = series.rows()
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(header)
+        out.writerows(rows)
+    if series.reason:
+        print(f"tb-reduce: {display_name(os.path.basename(args.input))}: {series.reason}", file=sys.stderr)
+    return 0
+
+
+def _weight(text: str) -> float:
+    """A smoothing weight: a number from 0 (none) to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:  # also false for nan
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
+    return value
+
+
+def _json_number(x: float) -> Any:
+    """A float for strict JSON: non-finite ones as the strings JavaScript's `Number()` reads."""
+    if math.isfinite(x):
+        return x
+    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _cmd_scalars(args: argparse.Namespace) -> int:
+    from .waveforms.scalars import RunScalars
+    from .waveforms.smoothing import smooth
+
+    run = RunScalars(args.path)
+    files = run.event_files()
+    if not files:
+        raise TraceError(f"{run.name}: no event files (names with 'tfevents') in this folder")
+    run.poll()
+    if run.records == 0:
+        skipped = sum(g.skipped for g in run.gaps)
+        what = "not an event file" if len(files) == 1 else "no event file in it holds a valid record"
+        if skipped:
+            raise TraceError(f"{run.name}: {what} (no valid record; {skipped} bytes skipped)")
+        if run.pending_bytes:
+            raise TraceError(f"{run.name}: no complete record yet ({run.pending_bytes} bytes of one being written)")
+        raise TraceError(f"{run.name}: no records (empty)")
+    tags = run.tags()
+    if args.tag is not None:
+        if args.tag not in tags:
+            known = ", ".join(display_name(t) for t in tags) or "none"
+            raise TraceError(f"{run.name}: no scalar tag {display_name(args.tag)!r}; its scalar tags: {known}")
+        tags = [args.tag]
+    for gap in run.gaps:
+        print(str(gap), file=sys.stderr)
+    for reader in run.readers:
+        if reader.pending_bytes:
+            print(f"{reader.name}: {reader.pending_bytes} bytes after the last complete record "
+                  "(a record being written)", file=sys.stderr)
+    columns = ["step", "wall_time", "value"] + (["smoothed"] if args.smoothing is not None else [])
+    if args.format == "json":
+        doc: dict = {"path": run.name, "columns": columns, "smoothing": args.smoothing, "tags": {}}
+        for tag in tags:
+            steps, walls, values = run.series(tag)
+            cols = [steps.tolist(), [_json_number(x) for x in walls.tolist()], [_json_number(x) for x in values.tolist()]]
+            if args.smoothing is not None:
+                cols.append([_json_number(x) for x in smooth(values, args.smoothing).tolist()])
+            doc["tags"][tag] = {"points": [list(p) for p in zip(*cols)]}
+        doc["gaps"] = [{"file": g.file, "offset": g.offset, "skipped": g.skipped, "reason": g.reason} for g in run.gaps]
+        doc["pending_bytes"] = run.pending_bytes
+        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+        return 0
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["tag", *columns])
+    for tag in tags:
+        steps, walls, values = run.series(tag)
+        cols = [steps.tolist(), map(repr, walls.tolist()), map(repr, values.tolist())]  # repr: nan, inf, -inf
+        if args.smoothing is not None:
+            cols.append(map(repr, smooth(values, args.smoothing).tolist()))
+        out.writerows((tag, *p) for p in zip(*cols))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a wrong argument is one line on stderr and exit 2.
 
@@ -178,6 +267,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop with an error rather than use more memory than this (MB; default: 3/4 of this "
                         f"machine's memory, here {default_memory_mb():,.0f})")
     r.set_defaults(func=_cmd_reduce)
+    w = sub.add_parser(
+        "waveforms", help="per-step series of a trace (step time, busy time per category)",
+        description="One row per step (from ProfilerStep#N, step_num or XProf Steps markers): step, start_us, "
+                    "step_time_ms and <category>_ms busy time (docs/SEMANTICS.md, Waveforms). JSON: "
+                    '{"steps": [{"step", "start_us", "end_us", "step_time_ms", "busy_ms": {category: ms}}], '
+                    '"series": [names], "marker", "reason", "slowest": [indices]}. A trace without step markers '
+                    "gives no rows and says why on stderr.")
+    w.add_argument("input", help="a trace: Chrome JSON (plain or gzip), PyTorch or JAX trace, or XSpace .xplane.pb")
+    w.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
+    w.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
+    w.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
+                   help="stop with an error rather than use more memory than this (MB)")
+    w.set_defaults(func=_cmd_waveforms)
+    s = sub.add_parser(
+        "scalars", help="the scalar series of TensorBoard event files",
+        description="Rows tag, step, wall_time, value (+ smoothed with --smoothing: TensorBoard's debiased "
+                    "exponential smoothing, per tag, in record order) of an event file or of a run folder's "
+                    "*tfevents* files (name order; not subfolders). Points stay in record order: a repeated or "
+                    "decreasing step is kept where it was written. CSV writes nan, inf, -inf. JSON: "
+                    '{"path", "columns": ["step", "wall_time", "value"(, "smoothed")], "smoothing": W or null, '
+                    '"tags": {TAG: {"points": [[step, wall_time, value(, smoothed)], ...]}}, '
+                    '"gaps": [{"file", "offset", "skipped", "reason"}], "pending_bytes": N}, non-finite numbers '
+                    'as the strings "NaN", "Infinity", "-Infinity". Damaged records are skipped, the reading '
+                    "carries on at the next valid one, and each skipped region is one line on stderr "
+                    "(FILE: skipped N bytes at offset O (REASON)). Exit 2 when no record could be read.")
+    s.add_argument("path", help="an event file, or a run folder holding *tfevents* files")
+    s.add_argument("--tag", default=None, help="only this tag")
+    s.add_argument("--smoothing", type=_weight, default=None, metavar="W",
+                   help="add a smoothed column, weight W from 0 to 1 (TensorBoard's default is 0.6)")
+    s.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
+    s.set_defaults(func=_cmd_scalars)
     return parser
 
 

@@ -165,6 +165,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/event": self._event,
             "/view": self._view,
             "/waveforms": self._waveforms,
+            "/tags": self._tags,
+            "/scalars": self._scalars,
             "/index.js": self._index_js,
             "/static/*": self._static,
         }
@@ -249,6 +251,17 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         host = _text_param(request, "host")
         assert run is not None and host is not None
         return _json(request, self.service.waveforms(run, host))
+
+    def _tags(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        assert run is not None
+        return _json(request, self.service.tags(run))
+
+    def _scalars(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        tag = _text_param(request, "tag")
+        assert run is not None and tag is not None
+        return _json(request, self.service.scalars(run, tag))
 
     def _view(self, request: wrappers.Request) -> wrappers.Response:
         view_params(request)  # a bad link says so at once

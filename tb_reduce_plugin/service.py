@@ -31,19 +31,34 @@ import time
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from . import FORMAT_VERSION
-from .budget import MB, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
+from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, TraceError
 from .gate import ComputeGate, default_workers
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from .waveforms.categories import CATEGORIES
+from .waveforms.scalars import RunScalars
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
+MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least recently used out
+MAX_TAGS_LISTED = 1000  # tags named in a "no such tag" message, at most 20
+
+
+@dataclass
+class _Scalars:
+    """A run folder's scalars as read so far, their memory held on the budget."""
+
+    scalars: RunScalars
+    account: Account
+    lock: threading.Lock
 
 
 
@@ -93,6 +108,8 @@ class TraceService:
         self.gate = ComputeGate(workers or default_workers(self.budget.limit), max_waiting, wait_s)
         self._derived: OrderedDict[tuple, dict] = OrderedDict()  # index key -> per-step series (JSON)
         self._derived_lock = threading.Lock()
+        self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
+        self._scalars_lock = threading.Lock()
         self.max_input_bytes = int(max_input_mb * MB)
 
     # ---- discovery -----------------------------------------------------------
@@ -316,6 +333,71 @@ class TraceService:
 
         return self.flight.do(("waveforms", key), compute)
 
+    # ---- scalars from event files ------------------------------------------------
+    def tags(self, run: str) -> dict:
+        """The run's scalar tags (its event files, read up to now) and, per host, the derived
+        series: the names known once a host's steps were derived, else all that may exist."""
+        hosts = self._hosts(run)
+        entry = self._read_scalars(run, hosts[0])
+        with entry.lock:
+            rs = entry.scalars
+            scalars = [{"tag": tag, "points": len(rs.series(tag)[0])} for tag in rs.tags()]
+            gaps, pending = [_gap(g) for g in rs.gaps], rs.pending_bytes
+        every = ["step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms"]
+        out_hosts = []
+        for tf in hosts:
+            known = self.derived_series(tf)
+            out_hosts.append({"host": tf.host, "series": known if known is not None else every,
+                              "derived": known is not None})
+        return {"run": run, "scalars": scalars, "hosts": out_hosts, "gaps": gaps, "pending_bytes": pending}
+
+    def scalars(self, run: str, tag: str) -> dict:
+        """A tag's points in record order (a step may repeat or go back), the gaps skipped."""
+        entry = self._read_scalars(run, self._hosts(run)[0])
+        with entry.lock:
+            rs = entry.scalars
+            if tag not in rs.tags():
+                known = rs.tags()
+                listed = ", ".join(repr(t) for t in known[:20]) + (", …" if len(known) > 20 else "")
+                raise NotFound(f"no scalar tag {tag!r} in run {run!r}" + (f"; its tags: {listed}" if known
+                                                                          else "; it has no scalars"))
+            steps, walls, values = rs.series(tag)
+            points = [list(p) for p in zip(steps.tolist(), walls.tolist(), _json_numbers(values))]
+            gaps, pending = [_gap(g) for g in rs.gaps], rs.pending_bytes
+        return {"run": run, "tag": tag, "points": points, "gaps": gaps, "pending_bytes": pending}
+
+    def _hosts(self, run: str) -> list[TraceFile]:
+        hosts = sorted((f for f in self.catalog.files().values() if f.run == run), key=lambda f: f.host)
+        if not hosts:
+            raise NotFound(f"no trace for run {run!r}")
+        return hosts
+
+    def _read_scalars(self, run: str, tf: TraceFile) -> _Scalars:
+        """The run folder's scalars, with what was appended since the last request read
+        (in a computation slot: a first read of a big event file takes seconds)."""
+        folder = tf.events_dir
+        with self._scalars_lock:
+            entry = self._scalars.get(folder)
+            if entry is None:
+                catalog, name = self.catalog, run
+                entry = _Scalars(RunScalars(folder, files=lambda: catalog.event_files(name)),
+                                 self.budget.account(f"the scalars of run {run}"), threading.Lock())
+                self._scalars[folder] = entry
+                while len(self._scalars) > MAX_SCALAR_RUNS:
+                    self._scalars.popitem(last=False)[1].account.close()
+            self._scalars.move_to_end(folder)
+        with self.gate.slot(), entry.lock:
+            try:
+                entry.scalars.poll()
+                entry.account.settle(entry.scalars.memory_bytes(), f"the scalars of run {run}")
+            except BaseException:
+                with self._scalars_lock:  # what could not be read or held is not kept
+                    if self._scalars.get(folder) is entry:
+                        del self._scalars[folder]
+                entry.account.close()
+                raise
+        return entry
+
     # ---- single events -----------------------------------------------------------
     def event(self, run: str, host: str, i: int) -> bytes:
         tf = self.trace_file(run, host)
@@ -357,6 +439,20 @@ def _let_go(exc: BaseException) -> None:
         exc = exc.__context__  # type: ignore[assignment]
     gc.collect()
     release_free_memory()
+
+
+def _gap(g: Any) -> dict:
+    return {"file": g.file, "offset": g.offset, "skipped": g.skipped, "reason": g.reason}
+
+
+def _json_numbers(values: Any) -> list:
+    """Floats for strict JSON: a non-finite value as the string JavaScript's `Number()`
+    reads back (`"NaN"`, `"Infinity"`, `"-Infinity"`), so the panel can draw and count it."""
+    out = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        v = out[i]
+        out[i] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return out
 
 
 def _name(tf: TraceFile) -> str:

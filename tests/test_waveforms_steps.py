@@ -12,8 +12,7 @@ from conftest import write_trace
 
 from tb_reduce_plugin.pipeline import index_file, waveforms_file
 from tb_reduce_plugin.waveforms.categories import CATEGORIES, DEVICE_IDLE
-from tb_reduce_plugin.waveforms.steps import (MARKER_PYTORCH, MARKER_STEP_NUM, MARKER_STEPS_LINE, NO_MARKERS,
-                                              derive)
+from tb_reduce_plugin.waveforms.steps import MARKER_PYTORCH, MARKER_STEP_NUM, MARKER_STEPS_LINE, NO_MARKERS, derive
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 TORCH_STALLED = FIXTURES / "torch_stalled_step.pt.trace.json.gz"  # make_step_traces.py: 8 steps, step 5 sleeps 150 ms
