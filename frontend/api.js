@@ -117,3 +117,20 @@ export function describeFailure(err) {
   }
   return {aborted, status: err && err.status ? err.status : 0, message};
 }
+
+// ---- waveforms (SPEC §8) -----------------------------------------------------
+
+/** `tags?run=`: the run's scalar tags (event files) and, per trace host, its derived series names. */
+export function fetchTags(run, signal) {
+  return getJson('tags', {run}, signal);
+}
+
+/** `scalars?run=&tag=`: [[step, wall_time, value], …] in record order; non-finite values arrive as strings. */
+export function fetchScalars(run, tag, signal) {
+  return getJson('scalars', {run, tag}, signal);
+}
+
+/** `waveforms?run=&host=`: per step of the trace, its window, step time and busy time per category. */
+export function fetchWaveforms(run, host, signal) {
+  return getJson('waveforms', {run, host}, signal);
+}

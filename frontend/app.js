@@ -4,7 +4,8 @@ import {BASE, getJson, routeUrl} from './api.js';
 import {el, ensureStylesheet, setChildren} from './dom.js';
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
 import {TraceLoader} from './loader.js';
-import {FLAG_SUMMARY, inputIndexOf, summaryInfo} from './model.js';
+import {FLAG_SUMMARY, inputIndexOf} from './model.js';
+import {WaveformPanel} from './panels/waveforms.js';
 import {fetchWindow, needsFetch} from './policy.js';
 import {LEVELS, downloadUrl, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
 import {Timeline} from './timeline.js';
@@ -90,15 +91,40 @@ class Dashboard {
       el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
       this.fitButton, this.shareLink, this.downloadLink, this.copied,
       el('span', {class: 'tbr-help'}, 'wheel or W/S zoom · drag or A/D pan · shift+wheel scrolls tracks · click for details'));
+    this.waveBox = el('div', {class: 'tbr-wave-slot'});
     this.app = el('div', {class: 'tbr-app'}, bar, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
-      this.timelineBox, this.details);
+      this.waveBox, this.timelineBox, this.details);
     root.replaceChildren(this.app);
     this.timelineBox.append(this.message);
     this.timeline = new Timeline(this.timelineBox, {
       onViewChange: () => this.viewChanged(),
       onSelect: (hit) => this.showDetails(hit),
     });
+    this.waveforms = new WaveformPanel(this.waveBox, {
+      onStep: (run, host, step) => this.showStep(run, host, step),
+      onWaveform: (wave) => {
+        if (typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(wave);
+      },
+    });
+  }
+
+  /** A step clicked in the waveforms: the timeline shows that run and host, zoomed to the step's window. */
+  showStep(run, host, step) {
+    const t0 = Number(step.start_us);
+    const t1 = Number(step.end_us);
+    if (!(t1 > t0)) return;
+    if (run !== this.sel.run || host !== this.sel.host) {
+      const info = this.runs.find((r) => r.run === run);
+      if (!info || !info.hosts.some((h) => h.host === host)) return;
+      if (run !== this.sel.run) {
+        this.runSelect.value = run;
+        this.fillHosts(info);
+      }
+      this.selectHost(host, run);
+    }
+    if (typeof this.timeline.zoomTo === 'function') this.timeline.zoomTo(t0, t1);
+    else this.timeline.setView(t0, t1);
   }
 
   setStatus(text, kind = '') {
@@ -135,6 +161,7 @@ class Dashboard {
     } catch (err) {
       this.setStatus(`Could not list traces: ${err.message}`, 'tbr-error');
       this.showMessage('Could not list the traces', err.message, [], 'tbr-error');
+      this.waveforms.setContext({runs: [], run: null, host: null});
       return;
     }
     if (!Array.isArray(this.runs) || !this.runs.length) {
@@ -143,6 +170,7 @@ class Dashboard {
         'Put traces under <logdir>/…/plugins/profile/<run>/ (XProf, JAX, TensorFlow: *.xplane.pb, *.trace.json.gz) ' +
         'or in a run directory (PyTorch: *.pt.trace.json[.gz]); the list refreshes when you reload this page.');
       this.runSelect.disabled = this.hostSelect.disabled = true;
+      this.waveforms.setContext({runs: [], run: null, host: null});
       this.updateLinks();
       return;
     }
@@ -166,6 +194,7 @@ class Dashboard {
     } else {
       this.load(null);
     }
+    this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
     this.updateLinks();
   }
 
@@ -194,6 +223,7 @@ class Dashboard {
     const ext = this.extents.get(this.key());
     if (ext) this.timeline.setExtent(ext);
     this.load(null);
+    this.waveforms.setContext({runs: this.runs, run, host});
     this.updateLinks();
   }
 
@@ -493,29 +523,16 @@ class Dashboard {
       setChildren(this.details, el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
       return;
     }
+    // What to show comes from the hit's track module (tracks/*.js): no per-kind switch here.
     const m = hit.model;
-    const origin = this.timeline.displayOrigin ?? m.origin;
-    const rows = [];
-    let name;
-    let k;
-    let summary = null;
-    if (hit.kind === 'slice') {
-      const s = m.slices;
-      name = m.names[s.name[hit.index]];
-      k = s.k[hit.index];
-      const track = m.tracks[s.rowTrack[s.row[hit.index]]];
-      rows.push(['start', formatDuration(s.ts[hit.index] + m.origin - origin)], ['duration', formatDuration(s.dur[hit.index])],
-        ['track', `${m.processes[track.proc].label} › ${track.label}`]);
-      if (s.flags[hit.index] & FLAG_SUMMARY) summary = summaryInfo(m, k) || {count: 0, top: []};
-    } else if (hit.kind === 'instant') {
-      name = m.names[m.instants.name[hit.index]];
-      k = m.instants.k[hit.index];
-      rows.push(['time', formatDuration(m.instants.ts[hit.index] + m.origin - origin)]);
-    } else {
-      const c = m.counters[hit.index];
-      name = c.label;
-      k = c.k[hit.sample];
-      rows.push(['time', formatDuration(c.ts[hit.sample] + m.origin - origin)], ['value', String(c.val[hit.sample])]);
+    const {name, rows, k, summary, span} = this.timeline.details(hit);
+    if (hit.kind === 'waveform') {
+      this.selected = null;
+      setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name),
+        el('dl', {class: 'tbr-detail-basics'}, rows.map(([a, b]) => [el('dt', {}, a), el('dd', {}, b)])),
+        el('button', {type: 'button', class: 'tbr-button', onclick: () => this.timeline.zoomTo(span[0], span[1])},
+          'Zoom to this step'));
+      return;
     }
     const input = summary ? null : inputIndexOf(m, k);
     this.selected = {kind: hit.kind, input};
@@ -523,8 +540,7 @@ class Dashboard {
     setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name),
       el('dl', {class: 'tbr-detail-basics'}, rows.map(([a, b]) => [el('dt', {}, a), el('dd', {}, b)])), body);
     if (summary) {
-      const s = m.slices;
-      const [t0, t1] = [s.ts[hit.index] + m.origin, s.ts[hit.index] + s.dur[hit.index] + m.origin];
+      const [t0, t1] = span;
       setChildren(body,
         el('p', {}, `${formatCount(summary.count)} events folded here (a summary slice: they were each narrower than one bucket at this level).`),
         el('table', {class: 'tbr-top'}, el('tr', {}, el('th', {}, 'count'), el('th', {}, 'name')),
