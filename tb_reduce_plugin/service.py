@@ -43,13 +43,17 @@ from .errors import FileChanged, InputTooLarge, TraceError
 from .gate import ComputeGate, default_workers
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from .waveforms.categories import CATEGORIES
-from .waveforms.scalars import RunScalars
+from .waveforms.scalars import POINT_BYTES, RunScalars
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
 MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least recently used out
-MAX_TAGS_LISTED = 1000  # tags named in a "no such tag" message, at most 20
+# What reading event files may hold besides the points: a chunk being framed and one
+# record's payload at most (a longer record is skipped as damage). Real records are
+# small (a scalar, an image of a few MB); a hostile length cannot make the reader
+# allocate more than this.
+MAX_RECORD_BYTES = 32 * MB
 
 
 @dataclass
@@ -380,7 +384,9 @@ class TraceService:
             entry = self._scalars.get(folder)
             if entry is None:
                 catalog, name = self.catalog, run
-                entry = _Scalars(RunScalars(folder, files=lambda: catalog.event_files(name)),
+                record_limit = max(64 * 1024, min(MAX_RECORD_BYTES, self.budget.limit // 8))
+                entry = _Scalars(RunScalars(folder, max_record_bytes=record_limit,
+                                            files=lambda: catalog.event_files(name)),
                                  self.budget.account(f"the scalars of run {run}"), threading.Lock())
                 self._scalars[folder] = entry
                 while len(self._scalars) > MAX_SCALAR_RUNS:
@@ -388,8 +394,14 @@ class TraceService:
             self._scalars.move_to_end(folder)
         with self.gate.slot(), entry.lock:
             try:
-                entry.scalars.poll()
-                entry.account.settle(entry.scalars.memory_bytes(), f"the scalars of run {run}")
+                # Charged before it is held: a chunk and a record while reading, and each
+                # batch's points as they arrive, so a poll stops at the budget.
+                rs = entry.scalars
+                what = f"reading the event files of run {run}"
+                entry.account.charge(2 * rs.max_record_bytes, what)
+                rs.on_points = lambda n: entry.account.charge(POINT_BYTES * n, what)
+                rs.poll()
+                entry.account.settle(rs.memory_bytes(), f"the scalars of run {run}")
             except BaseException:
                 with self._scalars_lock:  # what could not be read or held is not kept
                     if self._scalars.get(folder) is entry:

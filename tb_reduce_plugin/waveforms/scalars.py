@@ -95,6 +95,9 @@ def tensor_scalar(tensor) -> Optional[float]:
         return None
 
 
+POINT_BYTES = 24  # a point held: its step, wall time and value, 8 bytes each
+
+
 class _Columns:
     """One tag's points from one file: three growable C arrays (8 bytes per number)."""
 
@@ -134,6 +137,9 @@ class RunScalars:
         # Who says which files are the run's: by default the folder's listing; a server
         # passes its logdir walk's, which leaves out links that point out of the logdir.
         self._list_files = files
+        # Called with the number of points each batch added, before the next is read: a
+        # server charges their memory as it grows, so a poll stops at its budget.
+        self.on_points: Optional[Callable[[int], None]] = None
         self.name = display_name(os.path.basename(self.path.rstrip(os.sep)) or self.path)
         self.max_record_bytes = max_record_bytes
         self._files: Dict[str, _File] = {}  # by path; iterated in name order
@@ -179,7 +185,10 @@ class RunScalars:
                 f.columns = {}
                 self.restarted.append(f.reader.name)
             for batch in batches:
-                added += self._digest(batch, f.columns)
+                n = self._digest(batch, f.columns)
+                added += n
+                if self.on_points is not None and n:
+                    self.on_points(n)
         self._files = dict(sorted(self._files.items()))
         if added or self.restarted:
             self._series = {}
