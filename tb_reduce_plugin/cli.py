@@ -252,6 +252,14 @@ def _file_name(text: str) -> str:
     return text
 
 
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """The limits every command that reads a trace takes."""
+    p.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
+    p.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
+                   help="stop with an error rather than use more memory than this (MB; default: 3/4 of this "
+                        f"machine's memory, here {default_memory_mb():,.0f})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tb-reduce", description="Reduce profiler traces that are too big to open.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,10 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--start-us", type=float, default=None, help="window start, µs (trace clock)")
     r.add_argument("--end-us", type=float, default=None, help="window end, µs (trace clock)")
     r.add_argument("--stats-json", default=None, type=_file_name, help="also write the statistics as JSON here")
-    r.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
-    r.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
-                   help="stop with an error rather than use more memory than this (MB; default: 3/4 of this "
-                        f"machine's memory, here {default_memory_mb():,.0f})")
+    _add_limits(r)
     r.set_defaults(func=_cmd_reduce)
     w = sub.add_parser(
         "waveforms", help="per-step series of a trace (step time, busy time per category)",
@@ -276,9 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "gives no rows and says why on stderr.")
     w.add_argument("input", help="a trace: Chrome JSON (plain or gzip), PyTorch or JAX trace, or XSpace .xplane.pb")
     w.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
-    w.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
-    w.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
-                   help="stop with an error rather than use more memory than this (MB)")
+    _add_limits(w)
     w.set_defaults(func=_cmd_waveforms)
     s = sub.add_parser(
         "scalars", help="the scalar series of TensorBoard event files",

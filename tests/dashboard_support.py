@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 from tensorboard_process import start_tensorboard
 
@@ -125,3 +126,29 @@ def wait_loaded(frame, level: Optional[str] = None, timeout: float = 30000) -> N
         cond += f" && t.dataset.level === {json.dumps(level)}"
     frame.wait_for_function(f"() => {{ const t = document.querySelector('[data-testid=timeline]'); return {cond}; }}",
                             timeout=timeout)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Playwright (one per test module)."""
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@contextmanager
+def checked_page(browser: Any, width: int = 1400, height: int = 900) -> Iterator[Any]:
+    """A fresh page whose uncaught JavaScript errors fail the test (listed in `page.js_errors`)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.js_errors = errors
+    yield pg
+    context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"

@@ -25,6 +25,8 @@ from dashboard_support import (
     PYTORCH_DEMO,
     TensorBoardServer,
     build_logdir,
+    checked_page,
+    chromium,
     dashboard_state,
     wait_loaded,
 )
@@ -54,22 +56,14 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.js_errors = errors
-    yield pg
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    with checked_page(browser) as pg:
+        yield pg
 
 
 def shot(page, name: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from dashboard_support import CHROMIUM, TensorBoardServer, wait_loaded
+from dashboard_support import CHROMIUM, TensorBoardServer, checked_page, chromium, wait_loaded
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -66,21 +66,14 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    with checked_page(browser) as pg:
+        yield pg
 
 
 def shot(page, name: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from dashboard_support import ARTIFACTS, CHROMIUM, PYTORCH_DEMO, ROOT, TensorBoardServer, wait_loaded
+from dashboard_support import ARTIFACTS, CHROMIUM, PYTORCH_DEMO, ROOT, TensorBoardServer, checked_page, chromium, wait_loaded
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 TORCH_SMALL = CORPUS / "generated" / "torch_cpu_cnn_small"
@@ -92,21 +92,14 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    with checked_page(browser, height=1000) as pg:
+        yield pg
 
 
 def shot(target, name: str) -> None:
