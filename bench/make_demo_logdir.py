@@ -1,4 +1,4 @@
-"""(Re)create `demo_logdir/`: three small real profiles, one per kind of run.
+"""(Re)create `demo_logdir/`: small real profiles, one per kind of run.
 
     python3 bench/make_demo_logdir.py
 
@@ -6,6 +6,10 @@
   JAX CPU profile of `../shared/corpus/generated/jax_cpu_mlp_small/` (XProf layout).
 - `pytorch_cnn/<worker>.<id>.pt.trace.json.gz`: a `torch.profiler` run written by
   `tensorboard_trace_handler` (the corpus's `torch_cpu_cnn_small`, gzipped).
+- `stalled_step/`: a `torch.profiler` trace of 8 training steps, step 5 stalled 150 ms
+  (`tests/fixtures/make_step_traces.py`), beside the scalars `torch.utils.tensorboard`
+  wrote (`tests/fixtures/make_eventfiles.py`: a loss with NaN, ±Inf and a restart), so
+  the waveform panel shows derived and scalar series at once.
 - `torch_export/trace.json`: a plain Chrome JSON file from
   `torch.profiler.profile.export_chrome_trace`, recorded here on the CPU (needs torch).
 """
@@ -35,6 +39,14 @@ def pytorch_run() -> None:
     (run / (src.name + ".gz")).write_bytes(gzip.compress(src.read_bytes(), mtime=0))
 
 
+def stalled_step_run() -> None:
+    run = DEMO / "stalled_step"
+    run.mkdir(parents=True, exist_ok=True)
+    fixtures = ROOT / "tests" / "fixtures"
+    shutil.copyfile(fixtures / "traces" / "torch_stalled_step.pt.trace.json.gz", run / "torch_stalled_step.pt.trace.json.gz")
+    shutil.copyfile(fixtures / "eventfiles" / "torch" / "events.out.tfevents.torch", run / "events.out.tfevents.torch")
+
+
 def torch_export_run() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -55,6 +67,7 @@ def torch_export_run() -> None:
 if __name__ == "__main__":
     jax_run()
     pytorch_run()
+    stalled_step_run()
     torch_export_run()
     for path in sorted(DEMO.rglob("*")):
         if path.is_file():
