@@ -215,6 +215,50 @@ def _cmd_scalars(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_live(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from .live.sidecar import LiveConfig, Sidecar
+
+    if args.source != "watch":
+        raise TraceError(f"--source {args.source} is not available yet: write traces into a folder and use "
+                         "--source watch --watch FOLDER")
+    if not args.watch:
+        raise TraceError("--source watch needs --watch FOLDER (where the profiler writes its traces)")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
+                                 keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
+                                 before_s=args.before, after_s=args.after))
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    print(f"tb-reduce live: watching {args.watch} into {os.path.join(args.logdir, 'live')} "
+          f"(triggers: {', '.join(t.spec for t in sidecar.triggers)}); Ctrl+C to stop", file=sys.stderr)
+    try:
+        sidecar.run(stop=lambda: bool(stopping))
+    except KeyboardInterrupt:
+        pass
+    print(f"tb-reduce live: {sidecar.windows} window(s), {len(sidecar.anomalies)} anomaly run(s)", file=sys.stderr)
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """A duration: `10s`, `500ms`, `2` (seconds), above 0."""
+    t = text.strip().lower()
+    scale = 1.0
+    for suffix, factor in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+        if t.endswith(suffix):
+            t, scale = t[: -len(suffix)], factor
+            break
+    try:
+        value = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 10s, 500ms)") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most a day, not {text!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a wrong argument is one line on stderr and exit 2.
 
@@ -301,6 +345,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add a smoothed column, weight W from 0 to 1 (TensorBoard's default is 0.6)")
     s.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
     s.set_defaults(func=_cmd_scalars)
+    v = sub.add_parser(
+        "live", help="the live sidecar: reduce trace windows as they land, keep raw ones around anomalies",
+        description="Every trace file that lands under --watch (any profiler) is reduced into LOGDIR/live/<time>-<seq>/ "
+                    "(a run the plugin shows; the newest --keep stay), its per-step series appended to TensorBoard "
+                    "scalars in LOGDIR/live/, and its raw file kept in a ring bounded by --ring-mb. When a trigger "
+                    "fires (step:Kx, stall:DURATION, name:REGEX:DURATION; default step:2x and stall:250ms), the raw "
+                    "windows from --before to --after around it are kept as LOGDIR/live/<window>-anomaly-<time>-<kind>/ "
+                    "with anomaly.json.")
+    v.add_argument("--logdir", required=True, type=_file_name, help="TensorBoard's logdir (windows go to LOGDIR/live/)")
+    v.add_argument("--source", choices=("watch", "torch", "jax"), default="watch",
+                   help="where windows come from (watch: trace files appearing under --watch)")
+    v.add_argument("--watch", default=None, help="the folder the profiler writes traces into")
+    v.add_argument("--every", type=_seconds, default=10.0, help="how often to look for new windows (default 10s)")
+    v.add_argument("--level", default="auto", help="reduction level of the windows (default auto)")
+    v.add_argument("--keep", type=int, default=50, help="reduced windows kept (default 50)")
+    v.add_argument("--ring-mb", type=_megabytes, default=2048.0, help="raw windows kept on disk, at most (MB)")
+    v.add_argument("--trigger", action="append", default=None, metavar="SPEC",
+                   help="step:2x, stall:250ms or name:REGEX:300ms (repeatable; any replaces the defaults)")
+    v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
+    v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")
+    v.set_defaults(func=_cmd_live)
     return parser
 
 
