@@ -221,11 +221,13 @@ def _cmd_live(args: argparse.Namespace) -> int:
 
     from .live.sidecar import LiveConfig, Sidecar
 
-    if args.source != "watch":
-        raise TraceError(f"--source {args.source} is not available yet: write traces into a folder and use "
-                         "--source watch --watch FOLDER")
+    if args.source == "torch":
+        raise TraceError("--source torch is not available yet: write traces into a folder (tensorboard_trace_handler) "
+                         "and use --source watch --watch FOLDER")
     if not args.watch:
-        raise TraceError("--source watch needs --watch FOLDER (where the profiler writes its traces)")
+        raise TraceError(f"--source {args.source} needs --watch FOLDER (where "
+                         + ("tb_reduce_plugin.live.capture.jax_windows(FOLDER) writes its windows)" if args.source == "jax"
+                            else "the profiler writes its traces)"))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
@@ -355,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "with anomaly.json.")
     v.add_argument("--logdir", required=True, type=_file_name, help="TensorBoard's logdir (windows go to LOGDIR/live/)")
     v.add_argument("--source", choices=("watch", "torch", "jax"), default="watch",
-                   help="where windows come from (watch: trace files appearing under --watch)")
+                   help="where windows come from: watch, trace files appearing under --watch; jax, the windows "
+                        "tb_reduce_plugin.live.capture.jax_windows(FOLDER) captures in the training script")
     v.add_argument("--watch", default=None, help="the folder the profiler writes traces into")
     v.add_argument("--every", type=_seconds, default=10.0, help="how often to look for new windows (default 10s)")
     v.add_argument("--level", default="auto", help="reduction level of the windows (default auto)")

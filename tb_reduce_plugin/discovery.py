@@ -105,7 +105,7 @@ def _content(f: BinaryIO, limit: int) -> Iterator[bytes]:
             return
 
 
-def _looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) -> bool:
+def looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) -> bool:
     """A `.json(.gz)` file is a trace if its first bytes look like one, or, for an object,
     if it has a `traceEvents` key in its first `SCAN_BYTES` (bounded).
 
@@ -140,7 +140,8 @@ def _looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) -
     return False
 
 
-def _split(name: str) -> Optional[tuple[str, str]]:
+def split_trace_name(name: str) -> Optional[tuple[str, str]]:
+    """(host, format) of a trace file's name, or None for a name no trace has."""
     for suffix, fmt in SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)], fmt
@@ -245,7 +246,7 @@ class Catalog:
                     if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
                         event_files.setdefault(directory, []).append(entry.path)
                         continue
-                    split = _split(entry.name)
+                    split = split_trace_name(entry.name)
                     if split is None:
                         continue
                     stem, fmt = split
@@ -258,7 +259,7 @@ class Catalog:
                         if seen is not None and seen[0] == version:
                             is_trace = seen[1]
                         else:
-                            is_trace = _looks_like_chrome_trace(entry.path, expect=version)
+                            is_trace = looks_like_chrome_trace(entry.path, expect=version)
                         sniffed[entry.path] = (version, is_trace)
                         if not is_trace:
                             continue

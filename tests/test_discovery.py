@@ -142,8 +142,8 @@ def test_a_json_file_is_sniffed_once_per_version_not_on_every_walk(logdir: Path,
     (logdir / "trace.json").write_text(json.dumps(CHROME_DOC))
     (logdir / "config.json").write_text(json.dumps({"lr": 0.1}))
     sniffed: list[str] = []
-    real = discovery._looks_like_chrome_trace
-    monkeypatch.setattr(discovery, "_looks_like_chrome_trace", lambda p, **k: sniffed.append(os.path.basename(p)) or real(p, **k))
+    real = discovery.looks_like_chrome_trace
+    monkeypatch.setattr(discovery, "looks_like_chrome_trace", lambda p, **k: sniffed.append(os.path.basename(p)) or real(p, **k))
     catalog = Catalog(str(logdir), max_age_s=0)
     for _ in range(3):
         assert set(catalog.files()) == {(".", "trace")}
@@ -290,10 +290,10 @@ def test_sniffing_a_fifo_or_a_swapped_file_answers_no_without_blocking(logdir: P
     answers: list[bool] = []
 
     def sniff() -> None:
-        answers.append(discovery._looks_like_chrome_trace(str(fifo)))
-        answers.append(discovery._looks_like_chrome_trace(str(fifo), expect=FileIdentity.from_stat(fifo.stat())))
-        answers.append(discovery._looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(other.stat())))
-        answers.append(discovery._looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(trace.stat())))
+        answers.append(discovery.looks_like_chrome_trace(str(fifo)))
+        answers.append(discovery.looks_like_chrome_trace(str(fifo), expect=FileIdentity.from_stat(fifo.stat())))
+        answers.append(discovery.looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(other.stat())))
+        answers.append(discovery.looks_like_chrome_trace(str(trace), expect=FileIdentity.from_stat(trace.stat())))
 
     t = threading.Thread(target=sniff, daemon=True)
     t.start()

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from ..discovery import MAX_DEPTH, MAX_ENTRIES, _looks_like_chrome_trace, _split
+from ..discovery import MAX_DEPTH, MAX_ENTRIES, looks_like_chrome_trace, split_trace_name
 from ..errors import TraceError
 from ..sources import GZIP_MAGIC, FileIdentity, open_regular
 from .windows import RawKey
@@ -156,7 +156,7 @@ class Watcher:
             return True
         version = s.version
         if version not in s.sniffed:
-            s.sniffed = {version: _looks_like_chrome_trace(path, expect=FileIdentity.from_stat(st))}
+            s.sniffed = {version: looks_like_chrome_trace(path, expect=FileIdentity.from_stat(st))}
         return s.sniffed[version]
 
     def _walk(self) -> dict[str, tuple[os.stat_result, str]]:
@@ -169,7 +169,7 @@ class Watcher:
             return found  # not there (yet): a profiler creates its folder when it first writes
         root = os.path.realpath(self.path)
         if stat.S_ISREG(root_st.st_mode):
-            split = _split(os.path.basename(self.path))
+            split = split_trace_name(os.path.basename(self.path))
             if split is not None:
                 found[self.path] = (root_st, split[1])
             return found
@@ -193,7 +193,7 @@ class Watcher:
                         if depth < MAX_DEPTH and os.path.realpath(entry.path) not in self._exclude:
                             stack.append((entry.path, depth + 1))
                         continue
-                    split = _split(entry.name)
+                    split = split_trace_name(entry.name)
                     if split is None:
                         continue
                     if entry.is_symlink():
