@@ -72,6 +72,19 @@ export async function getJson(path, params, signal) {
 }
 
 /**
+ * The run list, revalidated: with the `etag` of the last answer the server says 304
+ * while nothing changed. Resolves {changed, etag, runs} (runs null when unchanged).
+ */
+export async function fetchRunsIfChanged(etag, signal) {
+  const headers = etag ? {'If-None-Match': etag} : {};
+  const response = await fetch(routeUrl('runs'), {signal, headers, cache: 'no-store'});
+  if (response.status === 304) return {changed: false, etag, runs: null};
+  if (!response.ok) throw await errorFrom(response);
+  const runs = await response.json();
+  return {changed: true, etag: response.headers.get('ETag'), runs: Array.isArray(runs) ? runs : []};
+}
+
+/**
  * Reads a response body as text while reporting progress: the browser inflates
  * the gzip itself, so `received` counts JSON bytes, comparable with the server's
  * `output.json_bytes`. The text is decoded chunk by chunk so the raw bytes

@@ -1,9 +1,10 @@
 // The dashboard: pickers, level control, stats, timeline, details, sharing.
 // Wires the other modules together; owns when to fetch (see policy.js).
-import {BASE, getJson, routeUrl} from './api.js';
+import {BASE, fetchRunsIfChanged, getJson, routeUrl} from './api.js';
 import {el, ensureStylesheet, setChildren} from './dom.js';
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
 import {TraceLoader} from './loader.js';
+import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
 import {FLAG_SUMMARY, inputIndexOf} from './model.js';
 import {WaveformPanel} from './panels/waveforms.js';
 import {fetchWindow, needsFetch} from './policy.js';
@@ -48,6 +49,12 @@ class Dashboard {
     this.selected = null; // {kind, input} of the clicked event, kept across refetches
     this.detailsSeq = 0;
     this.fetchTimer = 0;
+    this.live = false;
+    this.poller = new RunPoller({
+      fetchRuns: fetchRunsIfChanged,
+      onRuns: (runs) => this.runsChanged(runs),
+      onError: (err) => this.setLiveNote(`run list: ${err.message}`, true),
+    });
     this.build(root);
   }
 
@@ -62,7 +69,15 @@ class Dashboard {
 
   // ---- DOM -----------------------------------------------------------------
   build(root) {
-    this.runSelect = el('select', {'data-testid': 'run-select', 'aria-label': 'Run', onchange: () => this.selectRun(this.runSelect.value)});
+    this.runSelect = el('select', {'data-testid': 'run-select', 'aria-label': 'Run', onchange: () => {
+      this.setLive(false); // the user picked a run: stop following the newest window
+      this.selectRun(this.runSelect.value);
+    }});
+    this.liveToggle = el('input', {type: 'checkbox', 'data-testid': 'live-toggle', onchange: () => this.setLive(this.liveToggle.checked)});
+    this.liveNote = el('span', {class: 'tbr-live-note', 'data-testid': 'live-note', 'aria-live': 'polite'});
+    this.liveLabel = el('label', {class: 'tbr-check tbr-live', hidden: true,
+      title: 'Follow the newest window the `tb-reduce live` sidecar writes (the run list is asked every 2 s)'},
+    this.liveToggle, ' Live', this.liveNote);
     this.hostSelect = el('select', {'data-testid': 'host-select', 'aria-label': 'Host', onchange: () => this.selectHost(this.hostSelect.value)});
     this.levelSelect = el('select', {'data-testid': 'level-select', 'aria-label': 'Level', onchange: () => this.setLevel(this.levelSelect.value)},
       LEVELS.map((l) => el('option', {value: l}, LEVEL_LABELS[l])));
@@ -85,7 +100,7 @@ class Dashboard {
 
     const bar = el('header', {class: 'tbr-bar'},
       el('span', {class: 'tbr-title'}, 'Trace Reduce'),
-      el('label', {}, 'Run ', this.runSelect),
+      el('label', {}, 'Run ', this.runSelect), this.liveLabel,
       el('label', {}, 'Host ', this.hostSelect),
       el('label', {}, 'Level ', this.levelSelect),
       el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
@@ -115,6 +130,7 @@ class Dashboard {
     const t1 = Number(step.end_us);
     if (!(t1 > t0)) return;
     if (run !== this.sel.run || host !== this.sel.host) {
+      if (run !== this.sel.run) this.setLive(false);
       const info = this.runs.find((r) => r.run === run);
       if (!info || !info.hosts.some((h) => h.host === host)) return;
       if (run !== this.sel.run) {
@@ -174,7 +190,7 @@ class Dashboard {
       this.updateLinks();
       return;
     }
-    setChildren(this.runSelect, this.runs.map((r) => el('option', {value: r.run}, r.run)));
+    this.fillRuns();
     const {run, host} = this.initial;
     const wanted = this.runs.find((r) => r.run === run);
     if (run && (!wanted || (host && !wanted.hosts.some((h) => h.host === host)))) {
@@ -198,6 +214,67 @@ class Dashboard {
     this.updateLinks();
   }
 
+  /** The run picker's options; runs kept around an anomaly are marked ⚠. */
+  fillRuns() {
+    const keep = this.runSelect.value;
+    setChildren(this.runSelect, this.runs.map((r) => (isAnomalyRun(r.run)
+      ? el('option', {value: r.run, class: 'tbr-anomaly', title: 'raw traces kept around an anomaly'}, `⚠ ${r.run}`)
+      : el('option', {value: r.run}, r.run))));
+    if (keep && this.runs.some((r) => r.run === keep)) this.runSelect.value = keep;
+    this.runSelect.classList.toggle('tbr-anomaly', isAnomalyRun(keep));
+    this.liveLabel.hidden = !hasLiveRuns(this.runs);
+  }
+
+  // ---- live mode (live.js) -------------------------------------------------
+  /** On: ask the run list every ~2 s and show each newer `live/<time>-<seq>` window as it lands. */
+  setLive(on) {
+    on = !!on;
+    this.liveToggle.checked = on;
+    if (on === this.live) return;
+    this.live = on;
+    this.app.dataset.live = on ? '1' : '0';
+    if (on) {
+      this.setLiveNote('');
+      this.followNewest();
+      this.poller.start();
+    } else {
+      this.poller.stop();
+      this.setLiveNote('');
+    }
+  }
+
+  setLiveNote(text, error = false) {
+    this.liveNote.textContent = text ? ` · ${text}` : '';
+    this.liveNote.classList.toggle('tbr-error', error);
+  }
+
+  runsChanged(runs) {
+    if (!Array.isArray(runs) || !runs.length) return;
+    this.runs = runs;
+    this.fillRuns();
+    if (this.sel.run !== null && !this.followNewest() && !runs.some((r) => r.run === this.sel.run)) {
+      this.setLiveNote(`run ${this.sel.run} is gone from the logdir`, true);
+    }
+  }
+
+  /** Switches to the newest window if it is newer than the one shown; the level and the panel's series stay. */
+  followNewest() {
+    if (!this.live) return false;
+    const anomaly = newestAnomaly(this.runs);
+    this.app.dataset.anomaly = anomaly || '';
+    const newest = newestWindow(this.runs);
+    if (!newest) return false;
+    this.setLiveNote(`newest ${newest.slice('live/'.length)}${anomaly ? ` · ⚠ ${anomaly.slice('live/'.length)}` : ''}`);
+    if (newest === this.sel.run) return false;
+    const info = this.runs.find((r) => r.run === newest);
+    const host = info.hosts.some((h) => h.host === this.sel.host) ? this.sel.host : info.hosts[0].host;
+    this.runSelect.value = newest;
+    this.runSelect.classList.remove('tbr-anomaly');
+    this.fillHosts(info);
+    this.selectHost(host, newest);
+    return true;
+  }
+
   fillHosts(runInfo) {
     setChildren(this.hostSelect, runInfo.hosts.map((h) =>
       el('option', {value: h.host}, `${h.host} (${h.format}, ${formatBytes(h.bytes)})`)));
@@ -206,6 +283,7 @@ class Dashboard {
   selectRun(run) {
     const info = this.runs.find((r) => r.run === run);
     if (!info) return;
+    this.runSelect.classList.toggle('tbr-anomaly', isAnomalyRun(run));
     this.fillHosts(info);
     this.selectHost(info.hosts[0].host, run);
   }

@@ -28,6 +28,7 @@ gzip gets it inflated on the fly.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
@@ -201,7 +202,13 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     # ---- routes --------------------------------------------------------------
     def _runs(self, request: wrappers.Request) -> wrappers.Response:
-        return _json(request, self.service.runs())
+        # An ETag (hash of the listing) so the dashboard's Live mode can poll with
+        # If-None-Match and get an empty 304 while nothing changed.
+        body = json.dumps(self.service.runs(), separators=(",", ":"), allow_nan=False)
+        etag = f'"runs-{hashlib.sha1(body.encode()).hexdigest()[:20]}"'
+        if etag in request.headers.get("If-None-Match", ""):
+            return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
+        return http_util.Respond(request, body, "application/json", headers=[("ETag", etag)])
 
     def _view_request(self, request: wrappers.Request) -> tuple[str, str, Any, Optional[float], Optional[float], bool]:
         run, host, level, start, end = view_params(request)

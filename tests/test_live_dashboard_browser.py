@@ -1,0 +1,133 @@
+"""The dashboard's Live mode in a real headless Chromium against a real TensorBoard.
+
+The logdir holds one window run written by the sidecar's own `WindowWriter` and a
+run kept around an anomaly (`live/<window>-anomaly-<time>-<kind>/`). The test turns
+Live on, writes a second window while the page is open, and checks that the
+dashboard shows it (the catalog walks the logdir every 5 s, the page asks every 2 s)
+without reloading, keeping the level and the waveform panel's series. Screenshots land
+in /tmp/shots/live_*.png (and test-artifacts/) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from dashboard_support import ARTIFACTS, CHROMIUM, ROOT, TensorBoardServer, checked_page, chromium, wait_loaded
+
+from tb_reduce_plugin.live.windows import WindowWriter
+
+RAW = ROOT / "tests" / "fixtures" / "traces" / "torch_stalled_step.pt.trace.json.gz"
+SHOTS = Path("/tmp/shots")
+T0 = 1_795_000_000.0  # 2026-11-18, epoch seconds
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live_dash")
+    logdir = root / "logdir"
+    logdir.mkdir()
+    writer = WindowWriter(str(logdir), keep=50)
+    window = writer.write(RAW, T0, T0 + 1.0, host="w").name
+    anomaly = logdir / "live" / f"{window}-anomaly-20261118T000000.500Z-stall"
+    anomaly.mkdir()
+    shutil.copyfile(RAW, anomaly / "w.pt.trace.json.gz")
+    (anomaly / "anomaly.json").write_text(json.dumps({"trigger": "step_time", "kind": "stall", "value": 900.0,
+                                                      "threshold": 300.0, "unit": "ms", "reason": "test", "step": 3,
+                                                      "window": window}))
+    tb = TensorBoardServer(logdir, root / "cache")
+    try:
+        yield tb, writer, f"live/{window}", f"live/{anomaly.name}"
+    finally:
+        tb.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    shutil.copyfile(SHOTS / f"{name}.png", ARTIFACTS / f"{name}.png")
+
+
+def options(page) -> list[dict]:
+    return page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid=run-select] option'),
+      (o) => ({value: o.value, label: o.textContent, anomaly: o.classList.contains('tbr-anomaly')}))""")
+
+
+def test_live_mode_follows_the_newest_window_without_a_reload(setup, browser):
+    tb, writer, first_run, anomaly_run = setup
+    with checked_page(browser, height=1000) as page:
+        page.goto(tb.plugin_url(f"view?run={first_run}&host=w&level=3"))
+        wait_loaded(page, "3")
+        assert page.is_visible("[data-testid=live-toggle]")
+        opts = {o["value"]: o for o in options(page)}
+        assert opts[anomaly_run]["anomaly"] and opts[anomaly_run]["label"].startswith("⚠ ")
+        assert not opts[first_run]["anomaly"] and not opts[first_run]["label"].startswith("⚠")
+        # the waveform panel's series, as the user left it, must survive the switch
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=wave-series] option').length > 0",
+                               timeout=60000)
+        series = page.eval_on_selector("[data-testid=wave-series]", "s => s.value")
+        page.evaluate("() => { window.__marker = 'still here'; }")
+        page.check("[data-testid=live-toggle]")
+        assert page.eval_on_selector("[data-testid=run-select]", "s => s.value") == first_run
+        shot(page, "live_1")
+
+        second = writer.write(RAW, T0 + 5.0, T0 + 6.0, host="w").run
+        started = time.monotonic()
+        page.wait_for_function(
+            f"() => {{ const v = document.querySelector('[data-testid=run-select]').value;"
+            f" return v.startsWith('live/') && v !== {json.dumps(first_run)} && !v.includes('-anomaly-'); }}",
+            timeout=15000)
+        took = time.monotonic() - started
+        wait_loaded(page, "3")
+        new_run = page.eval_on_selector("[data-testid=run-select]", "s => s.value")
+        assert new_run == second and new_run > first_run, (new_run, first_run)
+        assert page.evaluate("() => window.__marker") == "still here"  # no reload
+        assert page.eval_on_selector("[data-testid=level-select]", "s => s.value") == "3"
+        assert page.eval_on_selector("[data-testid=host-select]", "s => s.value") == "w"
+        assert page.is_checked("[data-testid=live-toggle]")
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=wave-series] option').length > 0",
+                               timeout=60000)
+        assert page.eval_on_selector("[data-testid=wave-series]", "s => s.value") == series
+        assert page.evaluate("() => window.tbReduceDashboard.waveforms.run") == new_run
+        page.wait_for_timeout(1500)
+        shot(page, "live_2")
+        print(f"switched to {new_run} {took:.1f} s after it was written")
+
+        # picking a run by hand stops following
+        page.select_option("[data-testid=run-select]", first_run)
+        assert not page.is_checked("[data-testid=live-toggle]")
+        assert page.evaluate("() => window.tbReduceDashboard.poller.running") is False
+
+
+def test_the_live_toggle_polls_with_an_etag_and_stops_when_off(setup, browser):
+    tb, _, first_run, _ = setup
+    with checked_page(browser) as page:
+        asked: list[tuple[int, str]] = []
+        page.on("response", lambda r: asked.append((r.status, r.request.headers.get("if-none-match", "")))
+                if r.url.endswith("/runs") else None)
+        page.goto(tb.plugin_url(f"view?run={first_run}&host=w&level=3"))
+        wait_loaded(page)
+        page.check("[data-testid=live-toggle]")
+        page.wait_for_timeout(5000)
+        polled = asked[1:]  # the first is the page's own listing
+        assert 2 <= len(polled) <= 5, polled  # every ~2 s, not a busy loop
+        assert any(status == 304 and tag for status, tag in polled), polled
+        page.uncheck("[data-testid=live-toggle]")
+        page.wait_for_timeout(300)
+        n = len(asked)
+        page.wait_for_timeout(3000)
+        assert len(asked) == n  # off: no more polling
