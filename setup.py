@@ -26,8 +26,10 @@ setup(
     extras_require={
         # jax records the real >1 M-event profile the XSpace tests compare against.
         # playwright drives the Debian chromium (.ci/run installs it) for the dashboard tests.
+        # torch drives the live sidecar's tests on a real training loop; 2.13.0 is the CPU build these
+        # machines hold on disk (an unpinned torch would pull a CUDA build of several GB).
         "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30",
-                 "playwright>=1.40"],
+                 "playwright>=1.40", "torch==2.13.0"],
     },
     entry_points={
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],

@@ -221,13 +221,10 @@ def _cmd_live(args: argparse.Namespace) -> int:
 
     from .live.sidecar import LiveConfig, Sidecar
 
-    if args.source == "torch":
-        raise TraceError("--source torch is not available yet: write traces into a folder (tensorboard_trace_handler) "
-                         "and use --source watch --watch FOLDER")
     if not args.watch:
-        raise TraceError(f"--source {args.source} needs --watch FOLDER (where "
-                         + ("tb_reduce_plugin.live.capture.jax_windows(FOLDER) writes its windows)" if args.source == "jax"
-                            else "the profiler writes its traces)"))
+        writer = {"jax": "tb_reduce_plugin.live.capture.jax_windows(FOLDER)",
+                  "torch": "tb_reduce_plugin.live.capture.torch_schedule(FOLDER)"}.get(args.source, "the profiler")
+        raise TraceError(f"--source {args.source} needs --watch FOLDER (where {writer} writes its windows)")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
@@ -357,8 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "with anomaly.json.")
     v.add_argument("--logdir", required=True, type=_file_name, help="TensorBoard's logdir (windows go to LOGDIR/live/)")
     v.add_argument("--source", choices=("watch", "torch", "jax"), default="watch",
-                   help="where windows come from: watch, trace files appearing under --watch; jax, the windows "
-                        "tb_reduce_plugin.live.capture.jax_windows(FOLDER) captures in the training script")
+                   help="where windows come from: watch, trace files appearing under --watch; jax or torch, the "
+                        "windows tb_reduce_plugin.live.capture.jax_windows(FOLDER) or torch_schedule(FOLDER) capture "
+                        "in the training script into --watch")
     v.add_argument("--watch", default=None, help="the folder the profiler writes traces into")
     v.add_argument("--every", type=_seconds, default=10.0, help="how often to look for new windows (default 10s)")
     v.add_argument("--level", default="auto", help="reduction level of the windows (default auto)")

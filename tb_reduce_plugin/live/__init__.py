@@ -1,7 +1,7 @@
 """The live sidecar and its drive recorder (SPEC §7). Writes into the logdir; never imports the serving side.
 
 - `sidecar`: the loop: each window a source hands over is reduced, kept raw in the ring, checked, written as scalars.
-- `capture`: windows captured inside a training script (`jax_windows`), handed to the watch source.
+- `capture`: windows captured inside a training script (`torch_schedule`, `jax_windows`), handed to the watch source.
 - `watch`: the watch source: trace files landing under a folder (any profiler), partial while written, final when stable.
 - `windows`: reduced windows as runs `LOGDIR/live/<time>-<seq>/`, atomic, pruned, resumable without duplicates.
 - `series`: per-window step series as TensorBoard scalars (TensorBoard's own writer), flushed per window.

@@ -12,7 +12,8 @@ folder, from any profiler) is, in order:
    have arrived (or at shutdown), as run `live/<window>-anomaly-<time>/` with
    `anomaly.json` (trigger, measured value, threshold, window, step);
 4. written as TensorBoard scalars (`series.LiveSeries`, one event file in
-   `LOGDIR/live/`), flushed per window, so TensorBoard's own Scalars dashboard moves.
+   `LOGDIR/live/`), flushed per window, so TensorBoard's own Scalars dashboard moves;
+   with `live/overhead_pct` when the capture helper measured what capturing cost.
 
 Faults never stop the loop: a window that is not a trace, a full disk, an unwritable
 folder are one line each on the log, and the next window is tried.
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ..errors import TraceError
+from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError
 from .series import LiveSeries
 from .triggers import Firing, RateLimiter, StepHistory, evaluate, parse_triggers
@@ -136,7 +139,7 @@ class Sidecar:
                 log.warning("tb-reduce live: the drive recorder could not keep %s: %s", os.path.basename(ready.path),
                             exc)
         self._check(record, t0, t1)
-        self._write_series(record)
+        self._write_series(record, ready.path)
         record.table = None  # the window's events are no longer needed
         return record
 
@@ -153,11 +156,16 @@ class Sidecar:
             self.pending.append(_Pending(firing, record.name, at, at + self.config.after_s))
             log.warning("tb-reduce live: %s: %s", record.name, firing.reason)
 
-    def _write_series(self, record: WindowRecord) -> None:
+    def _write_series(self, record: WindowRecord, raw_path: str) -> None:
         try:
             if self.series is None:
                 self.series = LiveSeries(os.path.join(self.logdir, LIVE_FOLDER))
             self.series.add(record)
+            pct = _overhead_pct(raw_path)
+            if pct is not None:  # what the capture cost, measured by the capture helper (`capture.TorchWindows`)
+                numbers = record.step_numbers
+                self.series.write_overhead(numbers[-1] if numbers else record.sequence, pct, record.captured_t1)
+                self.series.flush()
         except TraceError as exc:
             log.warning("tb-reduce live: %s", exc)
             self.series = None  # a new writer (a new event file) next time
@@ -214,6 +222,21 @@ class Sidecar:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _overhead_pct(raw_path: str) -> Optional[float]:
+    """`overhead_pct` from the `<window>.overhead.json` a capture helper wrote beside the window."""
+    stem = raw_path
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".xplane.pb"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    try:
+        with open(stem + OVERHEAD_SUFFIX, encoding="utf-8") as f:
+            pct = json.load(f).get("overhead_pct")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(pct) if isinstance(pct, (int, float)) and math.isfinite(pct) else None
 
 
 def _host_of(path: str) -> str:

@@ -1,0 +1,82 @@
+"""The live sidecar on a real torch training loop on the CPU: `torch_schedule` captures windows off the
+training thread, and exactly the window holding a deliberately slow step is kept raw, for each trigger
+alone; the other windows, whose steps vary within the threshold, fire nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from tb_reduce_plugin.live.capture import OVERHEAD_SUFFIX, torch_schedule
+from tb_reduce_plugin.live.sidecar import ANOMALY_JSON, LiveConfig, Sidecar
+from tb_reduce_plugin.waveforms.scalars import RunScalars
+
+torch = pytest.importorskip("torch")
+
+STEPS, EVERY, ACTIVE = 40, 10, 3
+SLOW_STEP = 27  # in the third window (steps 26-28)
+SLOW_S = 0.4
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Windows of a real loop: every step sleeps 50-80 ms (noise within 2x), one step 400 ms more."""
+    folder = tmp_path_factory.mktemp("torch") / "profiles"
+    rnd = random.Random(3)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+    with torch_schedule(folder, every=EVERY, window_steps=ACTIVE) as w:
+        for step in range(STEPS):
+            with torch.profiler.record_function("data_wait"):
+                time.sleep(rnd.uniform(0.05, 0.08))
+            if step == SLOW_STEP:
+                with torch.profiler.record_function("slow_io"):
+                    time.sleep(SLOW_S)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            w.step()
+    assert w.failures == 0
+    return folder
+
+
+def test_windows_are_saved_whole_off_the_training_thread(windows: Path) -> None:
+    traces = sorted(p.name for p in windows.glob("*.pt.trace.json"))
+    assert traces == [f"window{n:06d}.pt.trace.json" for n in range(1, STEPS // EVERY + 1)]
+    assert not [p for p in windows.iterdir() if p.name.startswith(".")]
+    overhead = json.loads((windows / f"window000002{OVERHEAD_SUFFIX}").read_text())
+    assert overhead["captured_steps"] >= 1 and overhead["uncaptured_steps"] >= 1
+
+
+@pytest.mark.parametrize("trigger", ["step:2x", "stall:250ms", "name:^slow_io$:300ms"])
+def test_exactly_the_window_with_the_slow_step_is_kept_raw_for_each_trigger_alone(windows: Path, tmp_path: Path,
+                                                                                    trigger: str) -> None:
+    car = Sidecar(LiveConfig(logdir=str(tmp_path / "logdir"), watch=str(windows), settle_s=0.0, triggers=[trigger],
+                             before_s=0.0, after_s=0.0))
+    records = car.step()
+    car.finish()
+    assert len(records) == STEPS // EVERY
+    [anomaly] = car.anomalies  # one firing, from the slow step's window: the noise fired nothing
+    report = json.loads((Path(anomaly) / ANOMALY_JSON).read_text())
+    assert report["trigger"] == trigger and report["step"] == SLOW_STEP, report
+    slow_window = next(r for r in records if SLOW_STEP in r.step_numbers)
+    assert report["window"] == slow_window.name
+    raw = [p for p in os.listdir(anomaly) if p.endswith(".pt.trace.json")]
+    assert len(raw) == 1 and raw[0].endswith("window000003.pt.trace.json"), raw  # the raw window, and only it
+
+
+def test_the_capture_cost_becomes_a_live_series(windows: Path, tmp_path: Path) -> None:
+    car = Sidecar(LiveConfig(logdir=str(tmp_path / "logdir"), watch=str(windows), settle_s=0.0,
+                             triggers=["name:^never$:1s"]))
+    car.step()
+    car.finish()
+    rs = RunScalars(str(tmp_path / "logdir" / "live"))
+    rs.poll()
+    steps, _, values = rs.series("live/overhead_pct")
+    assert len(steps) >= 3 and rs.gaps == []
