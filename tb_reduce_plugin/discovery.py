@@ -32,6 +32,7 @@ name and the other gets `~2` (`~3`, …), in a fixed order.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import threading
 import time
@@ -59,6 +60,10 @@ SNIFF_BYTES = 4096
 # Object-format files may put `traceEvents` after a long header (Kineto's `deviceProperties`
 # for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
 SCAN_BYTES = 1 << 20
+# The live drive recorder's report in an anomaly run's folder, listed with the run (its short fields).
+ANOMALY_REPORT = "anomaly.json"
+MAX_REPORT_BYTES = 64 * 1024
+REPORT_KEYS = ("trigger", "kind", "value", "threshold", "unit", "reason", "step", "window")
 # Longest run or host name listed: what the plugin takes in a parameter (plugin.MAX_PARAM_CHARS).
 MAX_NAME_CHARS = 4096
 
@@ -177,6 +182,8 @@ class Catalog:
         self._walked_at = float("-inf")
         self._sniffed: dict[str, tuple[FileIdentity, bool]] = {}  # path -> (the version sniffed, is a trace)
         self._event_files: dict[str, list[str]] = {}  # folder -> its event files, in name order
+        self._anomalies: dict[str, str] = {}  # folder -> its drive recorder report (`anomaly.json`)
+        self._reports: dict[str, tuple[tuple[int, int], Optional[dict]]] = {}  # path -> (size, mtime), report
         self.truncated = False
 
     def files(self) -> dict[tuple[str, str], TraceFile]:
@@ -196,10 +203,40 @@ class Catalog:
         by_run: dict[str, list[TraceFile]] = {}
         for f in self.files().values():
             by_run.setdefault(f.run, []).append(f)
-        return [
-            {"run": run, "hosts": [f.describe() for f in sorted(fs, key=lambda f: f.host)]}
-            for run, fs in sorted(by_run.items())
-        ]
+        out = []
+        for run, fs in sorted(by_run.items()):
+            entry: dict = {"run": run, "hosts": [f.describe() for f in sorted(fs, key=lambda f: f.host)]}
+            report = self._anomaly_of(os.path.dirname(fs[0].path))
+            if report is not None:
+                entry["anomaly"] = report
+            out.append(entry)
+        return out
+
+    def _anomaly_of(self, folder: str) -> Optional[dict]:
+        """The live drive recorder's report of an anomaly run (its `anomaly.json`), read once per version."""
+        path = self._anomalies.get(folder)
+        if path is None:
+            return None
+        try:
+            f, st = open_regular(path)
+            with f:
+                key = (st.st_size, st.st_mtime_ns)
+                seen = self._reports.get(path)
+                if seen is not None and seen[0] == key:
+                    return seen[1]
+                data = f.read(MAX_REPORT_BYTES + 1)
+        except (OSError, TraceError):
+            return None
+        report = None
+        if len(data) <= MAX_REPORT_BYTES:
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict):
+                report = {k: doc[k] for k in REPORT_KEYS if k in doc and isinstance(doc[k], (str, int, float, type(None)))}
+        self._reports[path] = (key, report)
+        return report
 
     def find(self, run: str, host: str) -> Optional[TraceFile]:
         return self.files().get((run, host))
@@ -220,6 +257,7 @@ class Catalog:
         visited = 0
         self.truncated = False
         event_files: dict[str, list[str]] = {}
+        anomalies: dict[str, str] = {}
         sniffed: dict[str, tuple[FileIdentity, bool]] = {}
         stack = [(self.logdir, 0)]
         while stack:
@@ -246,6 +284,9 @@ class Catalog:
                     if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
                         event_files.setdefault(directory, []).append(entry.path)
                         continue
+                    if entry.name == ANOMALY_REPORT and self._inside(entry.path):
+                        anomalies[directory] = entry.path
+                        continue
                     split = split_trace_name(entry.name)
                     if split is None:
                         continue
@@ -270,6 +311,7 @@ class Catalog:
                 found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
         self._sniffed = sniffed
         self._event_files = {d: sorted(paths) for d, paths in event_files.items()}
+        self._anomalies = anomalies
         return self._name_hosts(found)
 
     def _inside(self, path: str) -> bool:

@@ -52,6 +52,9 @@ def test_a_stalled_torch_step_is_reduced_listed_and_kept_raw_with_its_report(tmp
     assert len(kept) == 1 and kept[0].endswith(".pt.trace.json.gz")
     assert (Path(anomaly) / kept[0]).read_bytes() == TORCH.read_bytes()  # raw, as the profiler wrote it
     assert f"live/{os.path.basename(anomaly)}" in runs  # the raw window is a run of its own
+    listed = runs[f"live/{os.path.basename(anomaly)}"]["anomaly"]  # the run list carries the report's gist
+    assert listed["step"] == 5 and listed["window"] == record.name and listed["trigger"] == "step:2x"
+    assert "anomaly" not in runs[record.run]
     # the live scalars: one point per step, step 5 the slowest
     rs = RunScalars(str(logdir / "live"))
     rs.poll()
@@ -116,10 +119,11 @@ def _windows(logdir: Path) -> list[str]:
     return [d.name for d in live.iterdir() if d.is_dir() and not d.name.startswith(".")] if live.is_dir() else []
 
 
-def test_live_refuses_sources_it_does_not_have_yet_in_one_line(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "live", "--logdir", str(tmp_path), "--source", "torch"],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--source watch" in p.stderr
+def test_a_capture_source_without_its_folder_is_refused_in_one_line_naming_the_helper(tmp_path: Path) -> None:
+    for source, helper in (("torch", "torch_schedule"), ("jax", "jax_windows")):
+        p = subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "live", "--logdir", str(tmp_path), "--source",
+                            source], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and helper in p.stderr, p.stderr
 
 
 def test_sigkill_at_random_moments_leaves_only_complete_windows_and_readable_scalars(tmp_path: Path) -> None:
