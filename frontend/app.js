@@ -118,6 +118,12 @@ class Dashboard {
     });
     this.waveforms = new WaveformPanel(this.waveBox, {
       onStep: (run, host, step) => this.showStep(run, host, step),
+      onRun: (run) => { // an anomaly's ⚠ clicked: show the raw window kept around it
+        if (!this.runs.some((r) => r.run === run)) return;
+        this.setLive(false);
+        this.runSelect.value = run;
+        this.selectRun(run);
+      },
       onWaveform: (wave) => {
         if (typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(wave);
       },

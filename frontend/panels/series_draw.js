@@ -194,3 +194,32 @@ export function seriesColor(i) {
   if (i < SERIES_COLORS.length) return SERIES_COLORS[i];
   return `hsl(${Math.round((i * 137.508) % 360)} 70% 40%)`;
 }
+
+/**
+ * The anomalies the live sidecar kept about `run` (run list entries with an `anomaly`
+ * report, SPEC §live): those whose `anomaly.window` is the run's window name (the part
+ * after `live/`), and the run's own report when it is an anomaly run itself. Each is
+ * {run (the anomaly run), step, trigger, kind, value, threshold, unit, reason}, by step.
+ */
+export function anomaliesOf(runs, run) {
+  if (typeof run !== 'string') return [];
+  const name = run.startsWith('live/') ? run.slice(5) : run;
+  const out = [];
+  for (const r of Array.isArray(runs) ? runs : []) {
+    const a = r && r.anomaly;
+    if (!a || typeof a !== 'object') continue;
+    const step = Number(a.step);
+    if (!Number.isFinite(step)) continue;
+    if (a.window !== name && r.run !== run) continue;
+    out.push({run: r.run, step, trigger: String(a.trigger || a.kind || 'anomaly'), kind: String(a.kind || ''),
+      value: Number(a.value), threshold: Number(a.threshold), unit: String(a.unit || ''), reason: String(a.reason || '')});
+  }
+  return out.sort((p, q) => p.step - q.step || (p.run < q.run ? -1 : 1));
+}
+
+/** The legend's line for a run's anomalies: "1 anomaly: step:2x at step 5" ('' when none). */
+export function anomalySummary(marks) {
+  if (!marks || !marks.length) return '';
+  const what = marks.map((m) => `${m.trigger} at step ${m.step}`).join(', ');
+  return `${marks.length} ${marks.length === 1 ? 'anomaly' : 'anomalies'}: ${what}`;
+}

@@ -4,17 +4,22 @@
 // segments, with TensorBoard's smoothing over the faint raw curve. The edge cases
 // are drawn as the numbers are and counted in the legend: a lone point is a dot,
 // NaN/Inf leave a gap with a marker, a step that goes back is drawn going back.
-// Clicking a step of a derived series shows that step in the timeline.
+// Clicking a step of a derived series shows that step in the timeline. A step the
+// live sidecar kept as an anomaly (an anomaly run whose report names the shown
+// window) gets an orange ⚠ above the plot; clicking it opens that anomaly run.
 import {fetchTags, fetchScalars, fetchWaveforms} from '../api.js';
 import {el, setChildren} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {classicSmoothing, DEFAULT_SMOOTHING, MAX_SMOOTHING, toNumber} from '../smoothing.js';
-import {analyzeSeries, finiteRange, formatValue, niceTicks, padRange, planSeries, seriesColor} from './series_draw.js';
+import {analyzeSeries, anomaliesOf, anomalySummary, finiteRange, formatValue, niceTicks, padRange, planSeries,
+  seriesColor} from './series_draw.js';
 
 const PLOT_H = 170;
 const MARGIN = {left: 58, right: 14, top: 16, bottom: 22};
 const FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
 const HOVER_PX = 28;
+const ANOMALY_COLOR = '#e8710a';
+const ANOMALY_PX = 8; // half-width of an anomaly's ⚠ above the plot, for hover and click
 const STORE = 'tbReduce.waveforms';
 const DERIVED_LABELS = {
   step_time_ms: 'step time',
@@ -60,9 +65,11 @@ export class WaveformPanel {
   /**
    * `onStep(run, host, step)`: a step of a derived series was clicked.
    * `onWaveform(wave | null)`: the step-time series of the timeline's run and host, for its track.
+   * `onRun(run)`: an anomaly's ⚠ (or its link in the legend) was clicked: show that anomaly run.
    */
-  constructor(container, {onStep, onWaveform} = {}) {
+  constructor(container, {onStep, onWaveform, onRun} = {}) {
     this.onStep = onStep || (() => {});
+    this.onRun = onRun || (() => {});
     this.onWaveform = onWaveform || (() => {});
     this.runs = [];
     this.run = null;
@@ -79,6 +86,7 @@ export class WaveformPanel {
     this.seq = 0;
     this.hover = null;
     this.plan = null;
+    this.anomalyMarks = []; // the ⚠ drawn: {entry, mark, index, x, y}
     this.frameRequested = false;
     this.build(container, !!load('collapsed', false));
   }
@@ -291,7 +299,7 @@ export class WaveformPanel {
     // A run keeps its colour whatever else is ticked: its place in the run list picks it.
     const colorOf = (run) => seriesColor(Math.max(0, this.runs.findIndex((r) => r.run === run)));
     this.entries = runs.map((run) => ({run, host: derived ? this.hostFor(run) : null, derived, name,
-      color: colorOf(run), status: 'loading', message: 'loading…'}));
+      color: colorOf(run), status: 'loading', message: 'loading…', anomalies: anomaliesOf(this.runs, run)}));
     this.renderLegend();
     this.showEmpty(runs.length ? 'Loading…' : 'Tick a run to plot.');
     this.requestDraw();
@@ -439,8 +447,23 @@ export class WaveformPanel {
         bits.push(e.message);
       }
       li.append(el('span', {class: `tbr-wave-counts${e.status === 'error' ? ' tbr-error' : ''}`}, bits.join(' · ')));
+      if (e.anomalies && e.anomalies.length) li.append(this.anomalyLine(e));
       return li;
     }));
+  }
+
+  /** "⚠ 1 anomaly: step:2x at step 5", each anomaly a link to its run (the raw window kept around it). */
+  anomalyLine(e) {
+    const [head] = anomalySummary(e.anomalies).split(': ');
+    const parts = e.anomalies.map((m, i) => {
+      const text = `${m.trigger} at step ${m.step}`;
+      const item = m.run === e.run ? el('span', {}, text) : el('button', {type: 'button', class: 'tbr-wave-anomaly-link',
+        'data-anomaly-run': m.run, title: `${m.reason ? `${m.reason}\n` : ''}open ${m.run} (the raw window kept around it)`,
+        onclick: () => this.onRun(m.run)}, text);
+      return i ? [', ', item] : [item];
+    });
+    return el('span', {class: 'tbr-wave-anomalies', 'data-testid': 'wave-anomalies', 'data-run': e.run},
+      el('span', {class: 'tbr-wave-anomaly-icon', 'aria-hidden': 'true'}, '⚠ '), `${head}: `, parts);
   }
 
   showEmpty(text) {
@@ -490,6 +513,7 @@ export class WaveformPanel {
     const sc = this.scales(W, H);
     this.sc = sc;
     this.plan = new Map();
+    this.anomalyMarks = [];
     const loading = this.entries.some((e) => e.status === 'loading');
     if (!sc) {
       const said = this.entries.filter((e) => e.message && e.status !== 'loading').map((e) => `${e.run}: ${e.message}`);
@@ -517,6 +541,7 @@ export class WaveformPanel {
       if (e.derived && e.slowest) this.paintSlowest(e, sc);
     }
     ctx.restore();
+    this.paintAnomalies(sc);
     this.paintHover(sc);
     this.renderLegendGeometry();
   }
@@ -638,6 +663,50 @@ export class WaveformPanel {
     }
   }
 
+  /**
+   * The anomalies of each shown run: an orange ⚠ in the margin above the plot at the
+   * step, a dashed orange line down to the point and an orange ring around it.
+   */
+  paintAnomalies(sc) {
+    const ctx = this.ctx;
+    for (const e of sc.shown) {
+      for (const m of e.anomalies || []) {
+        const index = e.xs.indexOf(m.step);
+        if (index < 0 && !(m.step >= sc.xr[0] && m.step <= sc.xr[1])) continue; // off the plot: the legend says it
+        const x = Math.round(sc.toX(m.step)) + 0.5;
+        const v = index >= 0 ? e.ys[index] : NaN;
+        const y = Number.isFinite(v) ? sc.toY(v) : null;
+        this.anomalyMarks.push({entry: e, mark: m, index, x, y});
+        ctx.strokeStyle = ANOMALY_COLOR;
+        ctx.fillStyle = ANOMALY_COLOR;
+        ctx.globalAlpha = 0.7;
+        ctx.lineWidth = 1;
+        ctx.setLineDash([4, 3]);
+        ctx.beginPath();
+        ctx.moveTo(x, sc.y0 - 1);
+        ctx.lineTo(x, y === null ? sc.y1 : y - 7);
+        ctx.stroke();
+        ctx.setLineDash([]);
+        ctx.globalAlpha = 1;
+        if (y !== null) {
+          ctx.lineWidth = 2;
+          ctx.beginPath();
+          ctx.arc(x, y, 7, 0, 2 * Math.PI);
+          ctx.stroke();
+        }
+        ctx.beginPath(); // ⚠: a triangle in the top margin with a white "!"
+        ctx.moveTo(x, 1);
+        ctx.lineTo(x - ANOMALY_PX, sc.y0 - 1);
+        ctx.lineTo(x + ANOMALY_PX, sc.y0 - 1);
+        ctx.closePath();
+        ctx.fill();
+        ctx.fillStyle = '#fff';
+        ctx.fillRect(x - 1, 5, 2, sc.y0 - 11);
+        ctx.fillRect(x - 1, sc.y0 - 4, 2, 2);
+      }
+    }
+  }
+
   drawAxes(sc) {
     const ctx = this.ctx;
     const {x0, x1, y0, y1} = sc;
@@ -714,10 +783,42 @@ export class WaveformPanel {
     return best;
   }
 
+  /** The anomaly ⚠ under a canvas point (above the plot, within a few pixels of its step), or null. */
+  pickMark(x, y) {
+    const sc = this.sc;
+    if (!sc || y > sc.y0 + 2) return null;
+    let best = null;
+    for (const mk of this.anomalyMarks) {
+      if (Math.abs(mk.x - x) <= ANOMALY_PX + 2 && (!best || Math.abs(mk.x - x) < Math.abs(best.x - x))) best = mk;
+    }
+    return best;
+  }
+
+  /** The tooltip lines of one anomaly. */
+  anomalyLines(m, current) {
+    const lines = [`⚠ anomaly ${m.trigger}${m.kind && m.kind !== m.trigger ? ` (${m.kind})` : ''} at step ${m.step}`];
+    if (Number.isFinite(m.value)) {
+      lines.push(`value ${formatValue(m.value)}${m.unit ? ` ${m.unit}` : ''}${Number.isFinite(m.threshold) ? ` · threshold ${formatValue(m.threshold)}${m.unit ? ` ${m.unit}` : ''}` : ''}`);
+    }
+    if (m.reason) lines.push(m.reason);
+    lines.push(m.run === current ? `this run is the raw window kept around it` : `click: open ${m.run} (the raw window kept around it)`);
+    return lines;
+  }
+
   onMove(e) {
     const r = this.canvas.getBoundingClientRect();
     const x = e.clientX - r.left;
     const y = e.clientY - r.top;
+    const mk = this.pickMark(x, y);
+    if (mk) {
+      if (this.hover) {
+        this.hover = null;
+        this.requestDraw();
+      }
+      this.canvas.style.cursor = mk.mark.run !== mk.entry.run ? 'pointer' : 'default';
+      this.showTooltip(this.anomalyLines(mk.mark, mk.entry.run), x, y);
+      return;
+    }
     this.setHover(this.pick(x, y), x, y);
   }
 
@@ -741,13 +842,18 @@ export class WaveformPanel {
     } else if (e.wall && Number.isFinite(e.wall[i])) {
       lines.push(`wall time ${new Date(e.wall[i] * 1000).toISOString().replace('T', ' ').replace('Z', ' UTC')}`);
     }
+    for (const m of e.anomalies || []) if (m.step === e.xs[i]) lines.push(...this.anomalyLines(m, e.run).slice(0, -1));
+    this.showTooltip(lines, x, y);
+    if (!same) this.requestDraw();
+  }
+
+  showTooltip(lines, x, y) {
     this.tooltip.textContent = lines.join('\n');
     this.tooltip.hidden = false;
     const pr = this.plot.getBoundingClientRect();
     const tw = this.tooltip.offsetWidth;
     const left = x + 14 + tw > pr.width ? Math.max(0, x - 14 - tw) : x + 14;
     this.tooltip.style.transform = `translate(${Math.round(left)}px, ${Math.round(Math.max(0, y - 10))}px)`;
-    if (!same) this.requestDraw();
   }
 
   hideTooltip() {
@@ -780,6 +886,11 @@ export class WaveformPanel {
 
   onClick(ev) {
     const r = this.canvas.getBoundingClientRect();
+    const mk = this.pickMark(ev.clientX - r.left, ev.clientY - r.top);
+    if (mk) {
+      if (mk.mark.run !== mk.entry.run) this.onRun(mk.mark.run);
+      return;
+    }
     const hit = this.pick(ev.clientX - r.left, ev.clientY - r.top);
     if (hit && hit.entry.derived) this.onStep(hit.entry.run, hit.entry.host, hit.entry.steps[hit.index]);
   }
@@ -801,6 +912,16 @@ export class WaveformPanel {
    * and smallest finite values belong (equal when no extreme was dropped) — and, with
    * `values`, the numbers themselves (non-finite as strings, as the routes send them).
    */
+  /** Per anomaly of an entry: its report's gist, and where its ⚠ is drawn (client pixels; drawn false when not). */
+  debugAnomalies(e) {
+    const r = this.canvas.getBoundingClientRect();
+    return (e.anomalies || []).map((m) => {
+      const mk = this.anomalyMarks.find((k) => k.entry === e && k.mark === m);
+      return {...m, drawn: !!mk, index: mk ? mk.index : -1,
+        ...(mk ? {clientX: r.left + mk.x, clientY: r.top + 8, pointY: mk.y === null ? null : r.top + mk.y} : {})};
+    });
+  }
+
   debug({values = false} = {}) {
     const enc = (arr) => (arr ? Array.from(arr, (v) => (Number.isFinite(v) ? v : String(v))) : null);
     return this.entries.map((e) => {
@@ -827,7 +948,7 @@ export class WaveformPanel {
         points: a ? a.n : 0, nan: a ? a.nan : 0, posInf: a ? a.posInf : 0, negInf: a ? a.negInf : 0,
         reversals: a ? a.reversals.length : 0, segments: a ? a.segments.map((s) => s.slice()) : [],
         lines: p ? p.raw.lines.length : 0, dots: p ? p.raw.dots.length : 0, vertices: p ? p.raw.vertices : 0,
-        gaps: p ? p.raw.gaps.map((g) => g.kind) : [], slowest: e.slowest || [],
+        gaps: p ? p.raw.gaps.map((g) => g.kind) : [], slowest: e.slowest || [], anomalies: this.debugAnomalies(e),
         steps: e.steps ? e.steps.map((s) => ({step: s.step, start_us: s.start_us, end_us: s.end_us})) : null,
         ...extent, ...(values ? {xs: e.xs ? Array.from(e.xs) : null, ys: enc(e.ys), smooth: enc(e.smooth)} : {})};
     });
