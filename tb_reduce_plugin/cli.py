@@ -228,7 +228,8 @@ def _cmd_live(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
-                                 before_s=args.before, after_s=args.after))
+                                 before_s=args.before, after_s=args.after, max_per_hour=args.max_per_hour,
+                                 cooldown_s=args.cooldown))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     print(f"tb-reduce live: watching {args.watch} into {os.path.join(args.logdir, 'live')} "
@@ -239,6 +240,17 @@ def _cmd_live(args: argparse.Namespace) -> int:
         pass
     print(f"tb-reduce live: {sidecar.windows} window(s), {len(sidecar.anomalies)} anomaly run(s)", file=sys.stderr)
     return 0
+
+
+def _positive(text: str) -> int:
+    """A whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -358,14 +370,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "windows tb_reduce_plugin.live.capture.jax_windows(FOLDER) or torch_schedule(FOLDER) capture "
                         "in the training script into --watch")
     v.add_argument("--watch", default=None, help="the folder the profiler writes traces into")
-    v.add_argument("--every", type=_seconds, default=10.0, help="how often to look for new windows (default 10s)")
+    v.add_argument("--every", type=_seconds, default=10.0,
+                   help="how often a trace file still being written is reduced again as a partial window (default "
+                        "10s); new and finished files are looked for every second")
     v.add_argument("--level", default="auto", help="reduction level of the windows (default auto)")
-    v.add_argument("--keep", type=int, default=50, help="reduced windows kept (default 50)")
+    v.add_argument("--keep", type=_positive, default=50, help="reduced windows kept (default 50)")
     v.add_argument("--ring-mb", type=_megabytes, default=2048.0, help="raw windows kept on disk, at most (MB)")
     v.add_argument("--trigger", action="append", default=None, metavar="SPEC",
                    help="step:2x, stall:250ms or name:REGEX:300ms (repeatable; any replaces the defaults)")
     v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
     v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")
+    v.add_argument("--max-per-hour", type=_positive, default=6,
+                   help="anomaly runs kept per trigger per hour, at most (default 6)")
+    v.add_argument("--cooldown", type=_seconds, default=60.0, help="least time between two of one trigger (default 60s)")
     v.set_defaults(func=_cmd_live)
     return parser
 

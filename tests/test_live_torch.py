@@ -80,3 +80,18 @@ def test_the_capture_cost_becomes_a_live_series(windows: Path, tmp_path: Path) -
     rs.poll()
     steps, _, values = rs.series("live/overhead_pct")
     assert len(steps) >= 3 and rs.gaps == []
+
+
+def test_torch_schedule_is_an_on_trace_ready_handler_for_your_own_profiler(tmp_path: Path) -> None:
+    from tb_reduce_plugin.live import torch_schedule as exported
+
+    w = exported(tmp_path / "profiles", every=5, window_steps=2)
+    model = torch.nn.Linear(32, 32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=w.schedule,
+                                on_trace_ready=w) as prof:
+        for _ in range(12):
+            model(torch.randn(8, 32)).sum().backward()
+            prof.step()
+    w.close()
+    saved = sorted(p.name for p in (tmp_path / "profiles").glob("*.pt.trace.json"))
+    assert saved == ["window000001.pt.trace.json", "window000002.pt.trace.json"] and w.failures == 0

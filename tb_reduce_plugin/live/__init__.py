@@ -8,3 +8,7 @@
 - `triggers`: what makes the drive recorder keep raw windows (`step:2x`, `stall:250ms`, `name:REGEX:300ms`), rate-limited.
 - `ring`: the raw ring: recent raw trace windows on disk, bounded in bytes, preserved around anomalies.
 """
+
+from .capture import jax_windows, torch_schedule
+
+__all__ = ["jax_windows", "torch_schedule"]
