@@ -60,6 +60,7 @@ SNIFF_BYTES = 4096
 # Object-format files may put `traceEvents` after a long header (Kineto's `deviceProperties`
 # for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
 SCAN_BYTES = 1 << 20
+LIVE_FOLDER = "live"  # where `tb-reduce live` writes its windows and their scalars
 # The live drive recorder's report in an anomaly run's folder, listed with the run (its short fields).
 ANOMALY_REPORT = "anomaly.json"
 MAX_REPORT_BYTES = 64 * 1024
@@ -242,12 +243,20 @@ class Catalog:
         return self.files().get((run, host))
 
     def event_files(self, run: str) -> list[str]:
-        """Paths of the TensorBoard event files of a listed run (its scalars), in name order."""
+        """Paths of the TensorBoard event files of a listed run (its scalars), in name order.
+
+        A live window (`<logdir>/live/<window>/`, written by `tb-reduce live`) holds none of
+        its own: its scalars are the sidecar's, one series across windows, in `live/`.
+        """
         files = self.files()
         with self._lock:
             for f in files.values():
                 if f.run == run:
-                    return list(self._event_files.get(f.events_dir, []))
+                    own = self._event_files.get(f.events_dir)
+                    parent = os.path.dirname(f.events_dir)
+                    if not own and os.path.basename(parent) == LIVE_FOLDER:
+                        return list(self._event_files.get(parent, []))
+                    return list(own or [])
         return []
 
     def _walk(self) -> dict[tuple[str, str], TraceFile]:

@@ -55,6 +55,8 @@ def test_a_stalled_torch_step_is_reduced_listed_and_kept_raw_with_its_report(tmp
     listed = runs[f"live/{os.path.basename(anomaly)}"]["anomaly"]  # the run list carries the report's gist
     assert listed["step"] == 5 and listed["window"] == record.name and listed["trigger"] == "step:2x"
     assert "anomaly" not in runs[record.run]
+    # a window's scalars are the sidecar's series across windows, in live/
+    assert [os.path.dirname(p) for p in Catalog(str(logdir)).event_files(record.run)] == [str(logdir / "live")]
     # the live scalars: one point per step, step 5 the slowest
     rs = RunScalars(str(logdir / "live"))
     rs.poll()
