@@ -131,3 +131,45 @@ def test_the_live_toggle_polls_with_an_etag_and_stops_when_off(setup, browser):
         n = len(asked)
         page.wait_for_timeout(3000)
         assert len(asked) == n  # off: no more polling
+
+
+def test_in_live_mode_the_sidecars_scalar_series_grows_in_the_panel(tmp_path, browser):
+    """A real sidecar writes the windows and their `live/step_time_ms` scalars; with that series
+    shown and Live on, the panel's points grow as windows land, without a reload."""
+    import os
+
+    from tb_reduce_plugin.live.sidecar import LiveConfig, Sidecar
+
+    watch, logdir = tmp_path / "profiles", tmp_path / "logdir"
+    watch.mkdir()
+    car = Sidecar(LiveConfig(logdir=str(logdir), watch=str(watch), settle_s=0.0, triggers=["name:^never$:1s"]))
+
+    def land(name: str) -> None:
+        shutil.copyfile(RAW, watch / f".{name}")
+        os.utime(watch / f".{name}", (time.time() - 5, time.time() - 5))
+        os.rename(watch / f".{name}", watch / name)
+        assert len(car.step()) == 1
+
+    land("a.pt.trace.json.gz")
+    tb = TensorBoardServer(logdir, tmp_path / "cache")
+    try:
+        with checked_page(browser, height=1000) as page:
+            first = f"live/{car.writer.windows()[-1]}"
+            page.goto(tb.plugin_url(f"view?run={first}&host=a&level=3"))
+            wait_loaded(page, "3")
+            page.wait_for_function("() => [...document.querySelectorAll('[data-testid=wave-series] option')]"
+                                   ".some((o) => o.value === 's:live/step_time_ms')", timeout=60000)
+            page.select_option("[data-testid=wave-series]", "s:live/step_time_ms")
+            page.evaluate("() => { window.__marker = 'still here'; }")
+            page.check("[data-testid=live-toggle]")
+            points = ("() => { const d = window.tbReduceDashboard.waveforms.debug()"
+                      ".filter((e) => e.status === 'ok'); return d.length ? d[d.length - 1].points : 0; }")
+            page.wait_for_function(f"() => ({points})() === 8", timeout=30000)
+            land("b.pt.trace.json.gz")
+            page.wait_for_function(f"() => ({points})() === 16", timeout=30000)
+            assert page.evaluate("() => window.__marker") == "still here"
+            assert page.eval_on_selector("[data-testid=wave-series]", "s => s.value") == "s:live/step_time_ms"
+            shot(page, "live_series_grew")
+    finally:
+        car.finish()
+        tb.stop()
