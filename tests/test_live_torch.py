@@ -95,3 +95,26 @@ def test_torch_schedule_is_an_on_trace_ready_handler_for_your_own_profiler(tmp_p
     w.close()
     saved = sorted(p.name for p in (tmp_path / "profiles").glob("*.pt.trace.json"))
     assert saved == ["window000001.pt.trace.json", "window000002.pt.trace.json"] and w.failures == 0
+
+
+def test_a_full_disk_costs_windows_not_the_training_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    import errno
+
+    from tb_reduce_plugin.live.capture import TorchWindows
+
+    def full(self, n, results, overhead):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(TorchWindows, "_save", full)
+    model = torch.nn.Linear(16, 16)
+    done = 0
+    with torch_schedule(tmp_path / "profiles", every=4, window_steps=1) as w:
+        for _ in range(13):
+            model(torch.randn(4, 16)).sum().backward()
+            w.step()
+            done += 1
+    assert done == 13 and w.windows >= 2 and w.failures == w.windows
+    assert not list((tmp_path / "profiles").iterdir())
+    assert sum("could not be saved" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records) \
+        == w.windows
