@@ -38,7 +38,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterable, Iterator, Optional
 
 from .errors import TraceError, display_name
 from .sources import FileIdentity, open_regular
@@ -163,6 +163,45 @@ def run_name(rel_dir: str) -> str:
     return "/".join(parts) if parts else "."
 
 
+class TreeWalk:
+    """The entries under a folder that are not folders, as (folder, entry): cheaply and bounded.
+
+    Depth-first; names starting with '.' skipped; symlinked folders and `exclude`d ones
+    not entered; at most `MAX_DEPTH` deep; it stops after `MAX_ENTRIES` entries
+    (`truncated` then says so). The logdir walk and the live watcher share it.
+    """
+
+    def __init__(self, root: str, exclude: Iterable[str] = ()) -> None:
+        self.root = root
+        self.exclude = frozenset(exclude)
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[tuple[str, os.DirEntry]]:
+        visited = 0
+        stack = [(self.root, 0)]
+        while stack:
+            directory, depth = stack.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                visited += 1
+                if visited > MAX_ENTRIES:
+                    self.truncated = True
+                    return
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < MAX_DEPTH and not (self.exclude and os.path.realpath(entry.path) in self.exclude):
+                            stack.append((entry.path, depth + 1))
+                        continue
+                except OSError:
+                    continue
+                yield directory, entry
+
+
 def events_folder(trace_dir: str) -> str:
     """The TensorBoard run folder of a trace's folder: above `plugins/profile/<run>`, or itself."""
     parts = trace_dir.split(os.sep)
@@ -263,61 +302,44 @@ class Catalog:
         found: list[tuple[str, str, str, str, os.stat_result, str]] = []  # run, stem, name, format, stat, path
         if not self.logdir or not os.path.isdir(self.logdir):
             return {}
-        visited = 0
         self.truncated = False
         event_files: dict[str, list[str]] = {}
         anomalies: dict[str, str] = {}
         sniffed: dict[str, tuple[FileIdentity, bool]] = {}
-        stack = [(self.logdir, 0)]
-        while stack:
-            directory, depth = stack.pop()
+        walk = TreeWalk(self.logdir)
+        for directory, entry in walk:
             try:
-                entries = list(os.scandir(directory))
+                if not entry.is_file():
+                    continue
+                if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
+                    event_files.setdefault(directory, []).append(entry.path)
+                    continue
+                if entry.name == ANOMALY_REPORT and self._inside(entry.path):
+                    anomalies[directory] = entry.path
+                    continue
+                split = split_trace_name(entry.name)
+                if split is None:
+                    continue
+                stem, fmt = split
+                if not self._inside(entry.path):
+                    continue  # a symlink out of the logdir
+                st = entry.stat()
+                if fmt == "chrome-json?":  # sniffed once per version of the file, not on every walk
+                    version = FileIdentity.from_stat(st)
+                    seen = self._sniffed.get(entry.path)
+                    if seen is not None and seen[0] == version:
+                        is_trace = seen[1]
+                    else:
+                        is_trace = looks_like_chrome_trace(entry.path, expect=version)
+                    sniffed[entry.path] = (version, is_trace)
+                    if not is_trace:
+                        continue
+                    fmt = "chrome-json"
             except OSError:
                 continue
-            for entry in entries:
-                visited += 1
-                if visited > MAX_ENTRIES:
-                    self.truncated = True
-                    stack.clear()
-                    break
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if depth < MAX_DEPTH:
-                            stack.append((entry.path, depth + 1))
-                        continue
-                    if not entry.is_file():
-                        continue
-                    if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
-                        event_files.setdefault(directory, []).append(entry.path)
-                        continue
-                    if entry.name == ANOMALY_REPORT and self._inside(entry.path):
-                        anomalies[directory] = entry.path
-                        continue
-                    split = split_trace_name(entry.name)
-                    if split is None:
-                        continue
-                    stem, fmt = split
-                    if not self._inside(entry.path):
-                        continue  # a symlink out of the logdir
-                    st = entry.stat()
-                    if fmt == "chrome-json?":  # sniffed once per version of the file, not on every walk
-                        version = FileIdentity.from_stat(st)
-                        seen = self._sniffed.get(entry.path)
-                        if seen is not None and seen[0] == version:
-                            is_trace = seen[1]
-                        else:
-                            is_trace = looks_like_chrome_trace(entry.path, expect=version)
-                        sniffed[entry.path] = (version, is_trace)
-                        if not is_trace:
-                            continue
-                        fmt = "chrome-json"
-                except OSError:
-                    continue
-                rel = os.path.relpath(directory, self.logdir)
-                found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
+            rel = os.path.relpath(directory, self.logdir)
+            found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
+        self.truncated = walk.truncated
         self._sniffed = sniffed
         self._event_files = {d: sorted(paths) for d, paths in event_files.items()}
         self._anomalies = anomalies

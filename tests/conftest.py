@@ -39,3 +39,12 @@ def corpus() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "corpus: runs over the real traces in ../shared/corpus")
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(ROOT / ".hypothesis"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium through Playwright, one per test module (the browser suites)."""
+    from dashboard_support import chromium
+
+    with chromium() as b:
+        yield b

@@ -152,3 +152,17 @@ def checked_page(browser: Any, width: int = 1400, height: int = 900) -> Iterator
     yield pg
     context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+SHOTS = Path("/tmp/shots")
+
+
+def save_shot(target: Any, name: str) -> Path:
+    """A screenshot of a page or element, to /tmp/shots for a person to look at and to
+    test-artifacts/ for CI to keep."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    target.screenshot(path=str(path))
+    shutil.copyfile(path, ARTIFACTS / path.name)
+    return path

@@ -26,7 +26,6 @@ from dashboard_support import (
     TensorBoardServer,
     build_logdir,
     checked_page,
-    chromium,
     dashboard_state,
     wait_loaded,
 )
@@ -52,12 +51,6 @@ def server(tmp_path_factory):
         yield tb
     finally:
         tb.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dashboard_support import ARTIFACTS, CHROMIUM, ROOT, TensorBoardServer, checked_page, chromium, wait_loaded
+from dashboard_support import CHROMIUM, ROOT, TensorBoardServer, checked_page, save_shot, wait_loaded
 
 from tb_reduce_plugin.live.sidecar import LiveConfig, Sidecar
 
 RAW = ROOT / "tests" / "fixtures" / "traces" / "torch_stalled_step.pt.trace.json.gz"  # step 5 stalls
-SHOTS = Path("/tmp/shots")
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -50,17 +49,8 @@ def setup(tmp_path_factory):
         tb.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-    shutil.copyfile(SHOTS / f"{name}.png", ARTIFACTS / f"{name}.png")
+    save_shot(page, name)
 
 
 def current_entry(page, run: str) -> dict:

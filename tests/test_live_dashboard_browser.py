@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dashboard_support import ARTIFACTS, CHROMIUM, ROOT, TensorBoardServer, checked_page, chromium, wait_loaded
+from dashboard_support import CHROMIUM, ROOT, TensorBoardServer, checked_page, save_shot, wait_loaded
 
 from tb_reduce_plugin.live.windows import WindowWriter
 
 RAW = ROOT / "tests" / "fixtures" / "traces" / "torch_stalled_step.pt.trace.json.gz"
-SHOTS = Path("/tmp/shots")
 T0 = 1_795_000_000.0  # 2026-11-18, epoch seconds
 
 if not Path(CHROMIUM).exists():
@@ -49,17 +48,8 @@ def setup(tmp_path_factory):
         tb.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-    shutil.copyfile(SHOTS / f"{name}.png", ARTIFACTS / f"{name}.png")
+    save_shot(page, name)
 
 
 def options(page) -> list[dict]:

@@ -19,13 +19,12 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from dashboard_support import ARTIFACTS, CHROMIUM, PYTORCH_DEMO, ROOT, TensorBoardServer, checked_page, chromium, wait_loaded
+from dashboard_support import CHROMIUM, PYTORCH_DEMO, ROOT, TensorBoardServer, checked_page, save_shot, wait_loaded
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 TORCH_SMALL = CORPUS / "generated" / "torch_cpu_cnn_small"
 NO_STEPS = CORPUS / "public" / "catapult" / "tracing__test_data__x_event_trace.json"
 JAX_DEMO = ROOT / "demo_logdir" / "jax_mlp"
-SHOTS = Path("/tmp/shots")
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -90,12 +89,6 @@ def server(tmp_path_factory):
         tb.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 @pytest.fixture
 def page(browser):
     with checked_page(browser, height=1000) as pg:
@@ -103,10 +96,7 @@ def page(browser):
 
 
 def shot(target, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    ARTIFACTS.mkdir(exist_ok=True)
-    target.screenshot(path=str(SHOTS / f"wave_{name}.png"))
-    shutil.copyfile(SHOTS / f"wave_{name}.png", ARTIFACTS / f"wave_{name}.png")
+    save_shot(target, f"wave_{name}")
 
 
 def wait_panel(page, timeout: float = 60000) -> None:

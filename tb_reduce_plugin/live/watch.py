@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from ..discovery import MAX_DEPTH, MAX_ENTRIES, looks_like_chrome_trace, split_trace_name
+from ..discovery import TreeWalk, looks_like_chrome_trace, split_trace_name
 from ..errors import TraceError
 from ..sources import GZIP_MAGIC, FileIdentity, open_regular
 from .windows import RawKey
@@ -173,36 +173,20 @@ class Watcher:
             if split is not None:
                 found[self.path] = (root_st, split[1])
             return found
-        visited = 0
-        stack = [(self.path, 0)]
-        while stack:
-            directory, depth = stack.pop()
+        walk = TreeWalk(self.path, exclude=self._exclude)
+        for _, entry in walk:
             try:
-                entries = list(os.scandir(directory))
+                split = split_trace_name(entry.name)
+                if split is None:
+                    continue
+                if entry.is_symlink():
+                    real = os.path.realpath(entry.path)
+                    if not real.startswith(root + os.sep):
+                        continue  # a symlink out of the watched folder
+                st = entry.stat()  # through an inside symlink
             except OSError:
                 continue
-            for entry in entries:
-                visited += 1
-                if visited > MAX_ENTRIES:
-                    self.truncated = True
-                    return found
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if depth < MAX_DEPTH and os.path.realpath(entry.path) not in self._exclude:
-                            stack.append((entry.path, depth + 1))
-                        continue
-                    split = split_trace_name(entry.name)
-                    if split is None:
-                        continue
-                    if entry.is_symlink():
-                        real = os.path.realpath(entry.path)
-                        if not real.startswith(root + os.sep):
-                            continue  # a symlink out of the watched folder
-                    st = entry.stat()  # through an inside symlink
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):  # not a FIFO, device or socket: never opened
-                    found[entry.path] = (st, split[1])
+            if stat.S_ISREG(st.st_mode):  # not a FIFO, device or socket: never opened
+                found[entry.path] = (st, split[1])
+        self.truncated = walk.truncated
         return found
