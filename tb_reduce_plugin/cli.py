@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from .budget import machine_memory_bytes
 from .errors import TraceError, display_name
@@ -144,17 +144,6 @@ def _cmd_waveforms(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weight(text: str) -> float:
-    """A smoothing weight: a number from 0 (none) to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 1:  # also false for nan
-        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
-    return value
-
-
 def _json_number(x: float) -> Any:
     """A float for strict JSON: non-finite ones as the strings JavaScript's `Number()` reads."""
     if math.isfinite(x):
@@ -242,17 +231,6 @@ def _cmd_live(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    """A whole number above 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
-    return value
-
-
 def _seconds(text: str) -> float:
     """A duration: `10s`, `500ms`, `2` (seconds), above 0."""
     t = text.strip().lower()
@@ -288,16 +266,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"tb-reduce: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def _megabytes(text: str) -> float:
-    """A size limit in MB: a finite number above 0 (nan would disable every
-    comparison, inf and huge values overflow the byte count)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= 1e300:  # also false for nan
-        raise argparse.ArgumentTypeError(f"must be a number of MB above 0 and at most 1e300, not {text!r}")
-    return value
+def _argument(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], need: str) -> Callable[[str], Any]:
+    """An argparse type: the text converted (else "not a KIND"), then checked (else "must be NEED")."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind}: {text!r}") from None
+        if not ok(value):  # also false for nan
+            raise argparse.ArgumentTypeError(f"must be {need}, not {text!r}")
+        return value
+
+    return parse
+
+
+# A size limit in MB: finite and above 0 (nan would disable every comparison, inf and
+# huge values overflow the byte count).
+_megabytes = _argument(float, "number", lambda v: 0 < v <= 1e300, "a number of MB above 0 and at most 1e300")
+_weight = _argument(float, "number", lambda v: 0 <= v <= 1, "a number from 0 to 1")  # smoothing: 0 (none) to 1
+_positive = _argument(int, "whole number", lambda v: v >= 1, "at least 1")
 
 
 def _file_name(text: str) -> str:

@@ -48,3 +48,12 @@ def browser():
 
     with chromium() as b:
         yield b
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh 1400×900 page whose uncaught JavaScript errors fail the test (a suite may override it)."""
+    from dashboard_support import checked_page
+
+    with checked_page(browser) as pg:
+        yield pg

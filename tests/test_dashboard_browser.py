@@ -25,7 +25,6 @@ from dashboard_support import (
     PYTORCH_DEMO,
     TensorBoardServer,
     build_logdir,
-    checked_page,
     dashboard_state,
     wait_loaded,
 )
@@ -51,12 +50,6 @@ def server(tmp_path_factory):
         yield tb
     finally:
         tb.stop()
-
-
-@pytest.fixture
-def page(browser):
-    with checked_page(browser) as pg:
-        yield pg
 
 
 def shot(page, name: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from dashboard_support import CHROMIUM, TensorBoardServer, checked_page, wait_loaded
+from dashboard_support import CHROMIUM, TensorBoardServer, wait_loaded
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -62,12 +62,6 @@ def server(tmp_path_factory):
         yield tb
     finally:
         tb.stop()
-
-
-@pytest.fixture
-def page(browser):
-    with checked_page(browser) as pg:
-        yield pg
 
 
 def shot(page, name: str) -> None:

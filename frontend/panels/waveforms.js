@@ -714,31 +714,30 @@ export class WaveformPanel {
     ctx.fillRect(x0, y0, x1 - x0, y1 - y0);
     ctx.textBaseline = 'middle';
     ctx.lineWidth = 1;
-    const yTicks = niceTicks(sc.yr[0], sc.yr[1], Math.max(2, Math.floor((y1 - y0) / 34)));
+    // A grid line and its label per tick: (x, y) of the line's two ends and of the label.
+    const grid = (ticks, line) => {
+      for (const t of ticks) {
+        const [ax, ay, bx, by, lx, ly] = line(t);
+        ctx.strokeStyle = 'rgba(0,0,0,0.07)';
+        ctx.beginPath();
+        ctx.moveTo(ax, ay);
+        ctx.lineTo(bx, by);
+        ctx.stroke();
+        ctx.fillStyle = '#5f6368';
+        ctx.fillText(formatValue(t), lx, ly);
+      }
+    };
     ctx.textAlign = 'right';
-    for (const t of yTicks) {
+    grid(niceTicks(sc.yr[0], sc.yr[1], Math.max(2, Math.floor((y1 - y0) / 34))), (t) => {
       const y = Math.round(sc.toY(t)) + 0.5;
-      ctx.strokeStyle = 'rgba(0,0,0,0.07)';
-      ctx.beginPath();
-      ctx.moveTo(x0, y);
-      ctx.lineTo(x1, y);
-      ctx.stroke();
-      ctx.fillStyle = '#5f6368';
-      ctx.fillText(formatValue(t), x0 - 6, y);
-    }
-    const xTicks = niceTicks(sc.xr[0], sc.xr[1], Math.max(2, Math.floor((x1 - x0) / 90)), 1); // steps are whole numbers
+      return [x0, y, x1, y, x0 - 6, y];
+    });
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
-    for (const t of xTicks) {
+    grid(niceTicks(sc.xr[0], sc.xr[1], Math.max(2, Math.floor((x1 - x0) / 90)), 1), (t) => { // steps are whole numbers
       const x = Math.round(sc.toX(t)) + 0.5;
-      ctx.strokeStyle = 'rgba(0,0,0,0.07)';
-      ctx.beginPath();
-      ctx.moveTo(x, y0);
-      ctx.lineTo(x, y1);
-      ctx.stroke();
-      ctx.fillStyle = '#5f6368';
-      ctx.fillText(formatValue(t), x, y1 + 5);
-    }
+      return [x, y0, x, y1, x, y1 + 5];
+    });
     ctx.strokeStyle = '#d9d9de';
     ctx.strokeRect(x0 + 0.5, y0 + 0.5, x1 - x0 - 1, y1 - y0 - 1);
     ctx.textAlign = 'left';

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from ..discovery import split_trace_name
 from ..errors import TraceError
 from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError
@@ -41,13 +42,14 @@ log = logging.getLogger(__name__)
 RING_FOLDER = ".tb-reduce-ring"
 HISTORY_FILE = ".history.json"  # in LOGDIR/live/: the step history, so a restart judges steps as before
 ANOMALY_JSON = "anomaly.json"
+POLL_S = 1.0  # how often the source is asked for new windows, at most
 
 
 @dataclass
 class LiveConfig:
     logdir: str
     watch: str
-    every_s: float = 10.0  # how often the source is polled
+    every_s: float = 10.0  # how often a file still being written is reduced again (partial windows)
     level: str = "auto"
     keep: int = 50
     ring_mb: float = 2048.0
@@ -90,12 +92,13 @@ class Sidecar:
 
     # ---- the loop ---------------------------------------------------------------------
     def run(self, stop: Callable[[], bool] = lambda: False) -> None:
-        """Poll the source every `every_s` until `stop()`; preserve what is pending at the end."""
+        """Poll the source every second (sooner windows cost nothing when none is ready) until
+        `stop()`; preserve what is pending at the end."""
         try:
             while not stop():
                 began = time.monotonic()
                 self.step()
-                time.sleep(max(0.05, min(self.config.every_s, 1.0) - (time.monotonic() - began)))
+                time.sleep(max(0.05, min(self.config.every_s, POLL_S) - (time.monotonic() - began)))
         finally:
             self.finish()
 
@@ -226,11 +229,8 @@ class Sidecar:
 
 def _overhead_pct(raw_path: str) -> Optional[float]:
     """`overhead_pct` from the `<window>.overhead.json` a capture helper wrote beside the window."""
-    stem = raw_path
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".xplane.pb"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
+    split = split_trace_name(os.path.basename(raw_path))
+    stem = os.path.join(os.path.dirname(raw_path), split[0]) if split else raw_path
     try:
         with open(stem + OVERHEAD_SUFFIX, encoding="utf-8") as f:
             pct = json.load(f).get("overhead_pct")
@@ -241,13 +241,8 @@ def _overhead_pct(raw_path: str) -> Optional[float]:
 
 def _host_of(path: str) -> str:
     """The window's host: the raw file's name without its trace suffix (as discovery names it)."""
-    name = os.path.basename(path)
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".xplane.pb", ".json.gz",
-                   ".json"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    return name.lstrip(".") or "window"
+    split = split_trace_name(os.path.basename(path))
+    return (split[0] if split else os.path.basename(path)).lstrip(".") or "window"
 
 
 def _span_s(record: WindowRecord) -> float:
