@@ -28,8 +28,10 @@ setup(
         # playwright drives the Debian chromium (.ci/run installs it) for the dashboard tests.
         # torch drives the live sidecar's tests on a real training loop; 2.13.0 is the CPU build these
         # machines hold on disk (an unpinned torch would pull a CUDA build of several GB).
+        # tensorboard-plugin-profile (XProf) 2.24.2: the Profile tab tb-reduce answers, pinned to the
+        # version whose requests and JSON the tests check (a test extra: never a runtime dependency).
         "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30",
-                 "playwright>=1.40", "torch==2.13.0"],
+                 "playwright>=1.40", "torch==2.13.0", "tensorboard-plugin-profile==2.24.2"],
     },
     entry_points={
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],

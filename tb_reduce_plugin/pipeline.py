@@ -249,6 +249,7 @@ def reduce_index(
     with_input_index: bool = False,
     drop_args: bool = False,
     account: Optional[Account] = None,
+    resolution: Optional[int] = None,
 ) -> dict[str, Any]:
     """Write the reduction of an indexed trace to `out`; returns the stats.
 
@@ -260,6 +261,7 @@ def reduce_index(
     how the dashboard shows an event's full args on click. `drop_args` writes the
     kept events without args (as levels 3 and 4 do) at any level: a view that
     fetches args on click need not carry them, and is much cheaper to write.
+    `resolution` cuts the window into that many buckets instead of the level's (1-4).
     """
     level = parse_level(level)
     check_window(start_us, end_us)
@@ -268,7 +270,8 @@ def reduce_index(
         account.charge(need, "planning and writing the reduction",
                        alongside=index.account.total if index.account is not None else 0, wait_s=30.0)
     try:
-        return _reduce_index(index, out, level, start_us, end_us, gzip, progress, with_input_index, drop_args)
+        return _reduce_index(index, out, level, start_us, end_us, gzip, progress, with_input_index, drop_args,
+                             resolution)
     finally:
         if account is not None:
             account.release(need)
@@ -295,9 +298,10 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
 
 def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Optional[float],
                   end_us: Optional[float], gzip: bool, progress: Optional[Progress], with_input_index: bool,
-                  drop_args: bool) -> dict[str, Any]:
+                  drop_args: bool, resolution: Optional[int] = None) -> dict[str, Any]:
     t_plan = time.perf_counter()
-    p = choose_level(index, start_us, end_us) if level == "auto" else plan(index.table, level, start_us, end_us)
+    p = (choose_level(index, start_us, end_us) if level == "auto"
+         else plan(index.table, level, start_us, end_us, resolution=resolution))
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
     if with_input_index:

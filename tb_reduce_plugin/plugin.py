@@ -12,7 +12,16 @@ Routes, under `/data/plugin/tb_reduce/`:
   busy time per category; `steps` empty with a `reason` when it has no step markers)
 - `tags?run=` — the run's scalar tags (its TensorBoard event files) and, per host, the
   derived series; `scalars?run=&tag=` — a tag's points, with the damaged records skipped
+- `info` — what this server does besides the tab: whether it answers the Profile tab
 - `index.js` and `static/…` — the dashboard (plain ES modules from `frontend/`)
+
+With XProf (`tensorboard-plugin-profile`) installed (`--tb_reduce_profile_tab=auto`,
+the default, or `on`), the Profile tab's Trace Viewer requests for the runs tb-reduce
+serves are answered here too, in XProf's JSON (`profile_tab/`): its `runs`,
+`run_tools` and `hosts` gain the runs XProf cannot open (Chrome traces only), and its
+`data?tag=trace_viewer@…` views, event details and searches come from tb-reduce's
+index and caches. Everything else goes to XProf unchanged. Every response tb-reduce
+answers there carries `X-Served-By: tb-reduce/<version>`.
 
 Errors are JSON `{"error": "…"}`: 400 bad parameter, 404 unknown run, host or
 event (or a file that changed since it was listed), 413 input over the limit or
@@ -43,11 +52,15 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from . import __version__
 from .budget import BudgetBusy, OverBudget
 from .cache import Body
 from .errors import FileChanged, InflationLimit, InputTooLarge, TraceError
 from .gate import ServerBusy
 from .pipeline import check_window, parse_level
+from .profile_tab import asks
+from .profile_tab.answers import ProfileTabAnswers
+from .profile_tab.hook import MODES, ProfileTabHook, WsgiApp
 from .service import NotFound, TraceService, default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -55,6 +68,7 @@ PLUGIN_NAME = "tb_reduce"
 MAX_PARAM_CHARS = 4096
 MIN_MB = 0.001  # the least memory or input limit taken (1 kB): 0, negative or NaN mean nothing
 DEFAULT_LEVEL = 2  # what the command line does; `auto` can pick lossless views far too big for a browser
+SERVED_BY = f"tb-reduce/{__version__}"  # the header on every Profile-tab response tb-reduce answers
 
 
 def frontend_dir() -> Path:
@@ -147,6 +161,13 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         )
         self.frontend = frontend_dir()
         self.shipped = shipped_files(self.frontend)
+        self.profile_answers = ProfileTabAnswers(self.service)
+        self.profile_hook = ProfileTabHook(
+            str(getattr(flags, "tb_reduce_profile_tab", None) or "auto"),
+            {"/runs": self._front_runs, "/run_tools": self._front_run_tools, "/hosts": self._front_hosts,
+             "/data": self._front_data},
+            lambda: bool(self.profile_answers.chrome_runs()),
+        )
 
     def is_active(self) -> bool:
         try:
@@ -159,6 +180,9 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Trace Reduce", disable_reload=True)
 
     def get_plugin_apps(self) -> dict[str, Handler]:
+        # Every plugin is loaded by now: if XProf's loaded after this one, front it here
+        # (TensorBoard asks plugins for their routes in load order; see profile_tab/hook.py).
+        self.profile_hook.install()
         routes = {
             "/runs": self._runs,
             "/trace": self._trace,
@@ -168,6 +192,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/waveforms": self._waveforms,
             "/tags": self._tags,
             "/scalars": self._scalars,
+            "/info": self._info,
             "/index.js": self._index_js,
             "/static/*": self._static,
         }
@@ -179,26 +204,32 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         def app(request: wrappers.Request) -> wrappers.Response:
             try:
                 return fn(request)
-            except RequestError as exc:
-                return _error(request, exc.status, exc.message)
-            except (NotFound, FileChanged) as exc:
-                return _error(request, 404, str(exc))
-            except (InputTooLarge, InflationLimit, OverBudget) as exc:
-                return _error(request, 413, str(exc))
-            except ServerBusy as exc:
-                return _busy(request, str(exc), exc.retry_after_s)
-            except BudgetBusy as exc:
-                return _busy(request, str(exc), self.service.gate.retry_after())
-            except TraceError as exc:
-                return _error(request, 422, str(exc))
-            except MemoryError:
-                log.warning("tb_reduce: %s ran out of memory", request.path)
-                return _busy(request, "the server ran out of memory for this request; try again", 10)
-            except Exception:
-                log.exception("tb_reduce: %s failed", request.path)
-                return _error(request, 500, "internal error in tb_reduce; the server log has the details")
+            except Exception as exc:
+                return self._failure(request, exc)
 
         return app
+
+    def _failure(self, request: wrappers.Request, exc: Exception) -> wrappers.Response:
+        """The one place a domain error becomes a status (and never a traceback)."""
+        if isinstance(exc, RequestError):
+            return _error(request, exc.status, exc.message)
+        if isinstance(exc, asks.BadAsk):
+            return _error(request, 400, str(exc))
+        if isinstance(exc, (NotFound, FileChanged)):
+            return _error(request, 404, str(exc))
+        if isinstance(exc, (InputTooLarge, InflationLimit, OverBudget)):
+            return _error(request, 413, str(exc))
+        if isinstance(exc, ServerBusy):
+            return _busy(request, str(exc), exc.retry_after_s)
+        if isinstance(exc, BudgetBusy):
+            return _busy(request, str(exc), self.service.gate.retry_after())
+        if isinstance(exc, TraceError):
+            return _error(request, 422, str(exc))
+        if isinstance(exc, MemoryError):
+            log.warning("tb_reduce: %s ran out of memory", request.path)
+            return _busy(request, "the server ran out of memory for this request; try again", 10)
+        log.exception("tb_reduce: %s failed", request.path, exc_info=exc)
+        return _error(request, 500, "internal error in tb_reduce; the server log has the details")
 
     # ---- routes --------------------------------------------------------------
     def _runs(self, request: wrappers.Request) -> wrappers.Response:
@@ -270,6 +301,105 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         assert run is not None and tag is not None
         return _json(request, self.service.scalars(run, tag))
 
+    def _info(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, {"version": __version__, "profile_tab": self.profile_hook.status()})
+
+    # ---- the Profile tab (XProf's routes, fronted: see profile_tab/hook.py) ----------
+    def _fronted(self, xprof_app: WsgiApp,
+                 answer: Callable[[wrappers.Request, WsgiApp], Optional[wrappers.Response]]) -> WsgiApp:
+        """XProf's app for a route, with tb-reduce answering first: `answer` gives a
+        response, or None to let XProf's app answer the request untouched."""
+
+        def app(environ: dict, start_response: Callable) -> Any:
+            request = wrappers.Request(environ)
+            try:
+                response = answer(request, xprof_app)
+            except Exception as exc:
+                response = self._failure(request, exc)
+            if response is None:
+                return xprof_app(environ, start_response)
+            response.headers["X-Served-By"] = SERVED_BY
+            return response(environ, start_response)
+
+        return app
+
+    def _front_runs(self, xprof_app: WsgiApp) -> WsgiApp:
+        def answer(request: wrappers.Request, xprof_app: WsgiApp) -> Optional[wrappers.Response]:
+            ours = self.profile_answers.chrome_runs()
+            if not ours:
+                return None
+            status, headers, body = _call_wsgi(xprof_app, request.environ)
+            listed: list = []
+            if status.startswith("200"):
+                try:
+                    if dict(headers).get("Content-Encoding", "").lower() == "gzip":
+                        body = isal_zlib.decompress(body, 31)
+                    listed = json.loads(body)
+                except (ValueError, isal_zlib.error):
+                    listed = []
+                if not isinstance(listed, list):
+                    listed = []
+            return _json(request, sorted(set(map(str, listed)) | set(ours), reverse=True))
+
+        return self._fronted(xprof_app, answer)
+
+    def _front_run_tools(self, xprof_app: WsgiApp) -> WsgiApp:
+        def answer(request: wrappers.Request, _: WsgiApp) -> Optional[wrappers.Response]:
+            run = request.args.get("run") or ""
+            if not self.profile_answers.is_chrome_run(run):
+                return None
+            return _json(request, ["trace_viewer@"])
+
+        return self._fronted(xprof_app, answer)
+
+    def _front_hosts(self, xprof_app: WsgiApp) -> WsgiApp:
+        def answer(request: wrappers.Request, _: WsgiApp) -> Optional[wrappers.Response]:
+            run = request.args.get("run") or ""
+            if not self.profile_answers.is_chrome_run(run):
+                return None
+            tag = request.args.get("tag")
+            return _json(request, self.profile_answers.hosts(run) if tag in asks.TRACE_TOOLS else [])
+
+        return self._fronted(xprof_app, answer)
+
+    def _front_data(self, xprof_app: WsgiApp) -> WsgiApp:
+        def answer(request: wrappers.Request, _: WsgiApp) -> Optional[wrappers.Response]:
+            run = request.args.get("run") or ""
+            chrome = self.profile_answers.is_chrome_run(run)
+            try:
+                ask = asks.read(request.args)
+            except asks.BadAsk:
+                if not chrome:
+                    return None  # XProf's run: XProf says what it makes of it
+                raise
+            if isinstance(ask, asks.Declined):
+                if chrome:
+                    raise RequestError(400, f"tb-reduce answers this run's Trace Viewer (JSON, one host) "
+                                            f"only: {ask.reason}")
+                return None
+            tf = self.profile_answers.file_for(ask.run, ask.host)
+            if tf is None:
+                if chrome:
+                    raise NotFound(f"no trace for host {ask.host!r} in run {run!r}")
+                return None
+            try:
+                found = self.profile_answers.answer(tf, ask)
+            except (NotFound, FileChanged, ServerBusy, BudgetBusy, OverBudget, asks.BadAsk):
+                raise
+            except TraceError as exc:
+                if chrome:
+                    raise
+                log.warning("tb_reduce: %s: %s; XProf answers it", tf.host, exc)
+                return None
+            headers = [(f"X-Tb-Reduce-{k.replace('_', '-').title()}", str(v)) for k, v in found.info.items()
+                       if k in ("level", "resolution", "bucket_us", "cached", "kind")]
+            if "gzip" in request.headers.get("Accept-Encoding", "").lower():
+                return _stream(found.body, "application/json", headers, gzip=True)
+            return _stream(found.body, "application/json", headers, gzip=False,
+                           inflated_length=found.info.get("json_bytes"))
+
+        return self._fronted(xprof_app, answer)
+
     def _view(self, request: wrappers.Request) -> wrappers.Response:
         view_params(request)  # a bad link says so at once
         return self._file(request, "view.html")
@@ -320,6 +450,26 @@ def shipped_files(root: Path) -> dict[str, Path]:
                     and full.is_file() and not full.is_symlink()):
                 files[rel] = full
     return files
+
+
+def _call_wsgi(app: WsgiApp, environ: dict) -> tuple[str, list, bytes]:
+    """Status, headers and body of a WSGI app's answer (XProf's run list, to add to it)."""
+    got: dict = {}
+    chunks: list[bytes] = []
+
+    def start_response(status: str, headers: list, exc_info: Any = None) -> Callable[[bytes], None]:
+        got["status"], got["headers"] = status, headers
+        return chunks.append
+
+    result = app(environ, start_response)
+    try:
+        for chunk in result:
+            chunks.append(chunk)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    return got.get("status", "500"), list(got.get("headers", [])), b"".join(chunks)
 
 
 def _busy(request: wrappers.Request, message: str, retry_after_s: int) -> wrappers.Response:
@@ -426,6 +576,13 @@ class TraceReduceLoader(base_plugin.TBLoader):
                            help="Memory tb_reduce may use in all: parses, parsed traces kept for zooming (least "
                                 "recently used first out), concurrent reductions. A trace that needs more is "
                                 "refused with a 413 (default 2048).")
+        group.add_argument("--tb_reduce_profile_tab", metavar="MODE", choices=MODES, default="auto",
+                           help="Answer the Profile tab's Trace Viewer (XProf) from tb-reduce for the runs it "
+                                "serves, and list there the Chrome-trace runs XProf cannot open: auto (when "
+                                "tensorboard-plugin-profile is installed), on, or off (default auto).")
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
-        return TraceReducePlugin(context)
+        plugin = TraceReducePlugin(context)
+        # XProf's plugin, if TensorBoard loaded it before this one (else `get_plugin_apps` finds it).
+        plugin.profile_hook.watch(getattr(context, "plugin_name_to_instance", None))
+        return plugin

@@ -28,6 +28,7 @@ from .slices import SliceTable, build_slices
 
 RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}
 LEVELS = (0, 1, 2, 3, 4)
+MAX_RESOLUTION = 1_000_000  # buckets a window may be cut into: planning's arrays stay per event, not per bucket
 TOP_NAMES = 5
 MIN_WINDOW_US = 1e-6
 
@@ -162,10 +163,16 @@ class _Buckets:
         return self.of(np.clip(t, self.t0, self.t1))
 
 
-def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None) -> Plan:
-    """What to write for `level` over the window (the whole trace by default)."""
+def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None,
+         resolution: Optional[int] = None) -> Plan:
+    """What to write for `level` over the window (the whole trace by default).
+
+    `resolution`: the window's bucket count instead of the level's (levels 1-4), for a
+    viewer that sizes it from its pixels, as XProf's Trace Viewer does."""
     if level not in LEVELS:
         raise TraceError(f"level must be one of 0-4 or auto, not {level!r}")
+    if resolution is not None and not (isinstance(resolution, int) and 1 <= resolution <= MAX_RESOLUTION):
+        raise TraceError(f"resolution must be a bucket count from 1 to {MAX_RESOLUTION:,}, not {resolution!r}")
     d0, d1 = default_window(t)
     t0 = d0 if start_us is None else float(start_us)
     t1 = d1 if end_us is None else float(end_us)
@@ -196,7 +203,7 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
             keep[_flow_keep(t, sl, overlaps)] = True
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
-    bk = _Buckets(t0, t1, RESOLUTION[level])
+    bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True

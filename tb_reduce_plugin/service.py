@@ -31,7 +31,7 @@ import time
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least
 # small (a scalar, an image of a few MB); a hostile length cannot make the reader
 # allocate more than this.
 MAX_RECORD_BYTES = 32 * MB
+T = TypeVar("T")
 
 
 @dataclass
@@ -216,14 +217,17 @@ class TraceService:
 
     # ---- reductions --------------------------------------------------------------
     def reduction(self, run: str, host: str, level: Level, start_us: Optional[float],
-                  end_us: Optional[float], drop_args: bool = False, with_body: bool = True) -> Reduction:
+                  end_us: Optional[float], drop_args: bool = False, with_body: bool = True,
+                  resolution: Optional[int] = None) -> Reduction:
+        """The reduction of (run, host) at `level` over the window; `resolution` (a bucket
+        count) replaces the level's, for viewers that size it from their pixels."""
         check_window(start_us, end_us)
         tf = self.trace_file(run, host)
         try:
-            return self._reduction(tf, level, start_us, end_us, drop_args, with_body)
+            return self.reduction_of(tf, level, start_us, end_us, drop_args, with_body, resolution)
         except FileChanged as exc:
             tf = self._fresh(run, host, tf, exc)
-            return self._reduction(tf, level, start_us, end_us, drop_args, with_body)
+            return self.reduction_of(tf, level, start_us, end_us, drop_args, with_body, resolution)
 
     def etag(self, run: str, host: str, level: Level, start_us: Optional[float], end_us: Optional[float],
              drop_args: bool = False) -> str:
@@ -234,17 +238,22 @@ class TraceService:
 
     @staticmethod
     def _digest(tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
-                drop_args: bool) -> str:
-        return key_digest(["trace", FORMAT_VERSION, "input_index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns,
-                           level, start_us, end_us, drop_args])
+                drop_args: bool, resolution: Optional[int] = None) -> str:
+        parts: list = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns,
+                       level, start_us, end_us, drop_args]
+        if resolution is not None:
+            parts.append(["resolution", resolution])
+        return key_digest(parts)
 
-    def _reduction(self, tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
-                   drop_args: bool, with_body: bool) -> Reduction:
-        digest = self._digest(tf, level, start_us, end_us, drop_args)
+    def reduction_of(self, tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
+                     drop_args: bool = False, with_body: bool = True, resolution: Optional[int] = None) -> Reduction:
+        """`reduction` of a file as listed (it raises `FileChanged` if it is no longer that file)."""
+        digest = self._digest(tf, level, start_us, end_us, drop_args, resolution)
         found = self._cached(digest, with_body)
         if found is not None:
             return found
-        return self.flight.do(("trace", digest), lambda: self._compute(tf, digest, level, start_us, end_us, drop_args))
+        return self.flight.do(("trace", digest),
+                              lambda: self._compute(tf, digest, level, start_us, end_us, drop_args, resolution))
 
     def _cached(self, digest: str, with_body: bool) -> Optional[Reduction]:
         entry = self.disk.open(digest, with_body)
@@ -257,7 +266,7 @@ class TraceService:
         return Reduction(entry.body, dict(stats, cached=True), digest[:32])
 
     def _compute(self, tf: TraceFile, digest: str, level: Level, start_us: Optional[float],
-                 end_us: Optional[float], drop_args: bool) -> Reduction:
+                 end_us: Optional[float], drop_args: bool, resolution: Optional[int] = None) -> Reduction:
         found = self._cached(digest, True)  # finished by another caller while this one queued for the flight
         if found is not None:
             return found
@@ -269,7 +278,7 @@ class TraceService:
             spool = self.disk.spool(digest, self.budget)
             try:
                 stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
-                                     drop_args=drop_args, account=account)
+                                     drop_args=drop_args, account=account, resolution=resolution)
                 stats["timings_s"]["request"] = time.perf_counter() - began
                 stats["input"]["file"] = _name(tf)
                 body = spool.finish(json.dumps(stats, separators=(",", ":")).encode())
@@ -419,12 +428,18 @@ class TraceService:
             return self._event(self._fresh(run, host, tf, exc), i)
 
     def _event(self, tf: TraceFile, i: int) -> bytes:
+        return self.on_index(tf, lambda idx: self._event_of(idx, tf, i))
+
+    def on_index(self, tf: TraceFile, fn: Callable[[TraceIndex], T]) -> T:
+        """`fn` on the index of `tf` (a file as listed): at once when the index is in memory
+        and reads its events back cheaply (in memory, or one compressed block each), else
+        in a computation slot, parsing the file first if it must."""
         idx = self.warm_index(tf)
         if idx is not None and getattr(idx.source, "has_store", True):
-            return self._event_of(idx, tf, i)  # in memory or one compressed block: cheap, no waiting
+            return fn(idx)
         self._refusal(tf)
         with self.gate.slot():
-            return self._event_of(self._index(tf), tf, i)
+            return fn(self._index(tf))
 
     def _event_of(self, idx: TraceIndex, tf: TraceFile, i: int) -> bytes:
         if not 0 <= i < idx.events:

@@ -128,15 +128,20 @@ def _drain(stream: Any, sink: list[str], found: Callable[[str], None]) -> None:
         found(line)
 
 
-def start_tensorboard(logdir: Path, cache_dir: Path, *flags: str, pythonpath: Optional[str] = None,
-                      cgroup_mb: Optional[int] = None) -> TensorBoard:
+def start_tensorboard(logdir: Path, cache_dir: Optional[Path], *flags: str, pythonpath: Optional[str] = None,
+                      cgroup_mb: Optional[int] = None, order: Optional[str] = None) -> TensorBoard:
     """`tensorboard --logdir LOGDIR` on a free port with the plugin's cache in `cache_dir`.
 
     `pythonpath`: import `tb_reduce_plugin` from another tree (a benchmark's baseline).
     `cgroup_mb`: run inside a memory cgroup of that size, where the machine allows it.
+    `order`: load XProf's and tb-reduce's plugins in that order (`tensorboard_with_order.py`);
+    `xprof-only` leaves tb-reduce out (then `cache_dir` is None).
     """
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", "0", "--host", "127.0.0.1",
-           "--reload_interval", "0", "--tb_reduce_cache_dir", str(cache_dir), *flags]
+    launcher = (["-m", "tensorboard.main"] if order is None
+                else [str(Path(__file__).resolve().parent / "tensorboard_with_order.py"), order])
+    cache = ["--tb_reduce_cache_dir", str(cache_dir)] if cache_dir is not None else []
+    cmd = [sys.executable, *launcher, "--logdir", str(logdir), "--port", "0", "--host", "127.0.0.1",
+           "--reload_interval", "0", *cache, *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
