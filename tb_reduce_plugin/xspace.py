@@ -35,7 +35,7 @@ from . import xspace_shape
 from .errors import TraceError
 from .model import NAN, PH_C, PH_M, PH_X, EventTable, Interner, step_number
 from .sources import TraceStream
-from .xspace_schema import XEventScalarsView, XEventView, XSpaceIndexView
+from .xspace_schema import XEventScalarsView, XEventView, XLineView, XSpaceIndexView
 
 COUNTERS_LINE = "_counters_"
 HOST_PID = 701
@@ -740,26 +740,64 @@ def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, 
     if STEP_STAT not in line.plane.stat_names.values() or not len(mids):
         return []
     ids, firsts = np.unique(mids, return_index=True)
-    out: list[tuple[int, float]] = []
-    for mid, k in zip(ids[:_MAX_STEP_PROBES].tolist(), firsts[:_MAX_STEP_PROBES].tolist()):
-        if _step_value(line, k) is None:
-            continue
-        for j in np.flatnonzero(mids == mid).tolist():
-            value = _step_value(line, j)
-            if value is not None:
-                out.append((first + j, value))
+    ids, firsts = ids[:_MAX_STEP_PROBES], firsts[:_MAX_STEP_PROBES]
+    probes = _step_values(line, firsts)
+    marking = ids[[v is not None for v in probes]] if len(probes) else ids[:0]
+    if not len(marking):
+        return []
+    js = np.flatnonzero(np.isin(mids, marking))
+    return [(first + j, v) for j, v in zip(js.tolist(), _step_values(line, js)) if v is not None]
+
+
+def _step_values(line: _Line, ks: np.ndarray) -> list[Optional[float]]:
+    """The `step_num` of each event `ks` of the line (None where it has none).
+
+    The events are parsed in one protobuf call, as the events of one `XLine` (field 4):
+    a JAX loop of 56,000 steps has 56,000 markers, and parsing them one by one cost
+    a second. A damaged one makes the batch fail; then each is parsed alone."""
+    payloads = [line.data[line.starts[k]:line.ends[k]] for k in ks.tolist()]
+    if not payloads:
+        return []
+    names = line.plane.stat_names
+    step_ids = {mid for mid, name in names.items() if name == STEP_STAT}
+    events: list[Any]
+    batch = b"".join([b"\x22" + _varint(len(p)) + p for p in payloads])
+    try:
+        # Each stat costs a 0x22 byte: more than a few per event on average, and one event
+        # may hold a giant list; then each is parsed alone, under `parse_event`'s bound.
+        if batch.count(b"\x22") > _MAX_STATS + 16 * len(payloads):
+            raise DecodeError("too many stats for one batch")
+        events = list(XLineView.FromString(batch).events)
+    except DecodeError:
+        events = [parse_event(p)[0] for p in payloads]
+    del batch
+    out: list[Optional[float]] = []
+    for ev in events:
+        value = None
+        if ev is not None:
+            for st in ev.stats:
+                if st.metadata_id in step_ids:
+                    x = step_number(_stat_value(st, names))
+                    value = x if x == x else None
+                    break
+        out.append(value)
     return out
 
 
-def _step_value(line: _Line, k: int) -> Optional[float]:
-    ev, _ = parse_event(line.data[line.starts[k]:line.ends[k]])
-    if ev is None:
-        return None
-    for st in ev.stats:
-        if line.plane.stat_names.get(st.metadata_id) == STEP_STAT:
-            value = step_number(_stat_value(st, line.plane.stat_names))
-            return value if value == value else None
-    return None
+_SMALL_VARINTS = [bytes([n]) for n in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
 
 
 def _counter_values(line: _Line, k: int) -> list[tuple[str, float]]:
