@@ -68,8 +68,9 @@ def clock_for(fmt: str, first_us: float) -> Clock:
 
 
 def process_label(host: str, name: Any) -> str:
+    """`<host> <name>`: the viewer takes the host from the first word (a nameless process too)."""
     text = "" if name is None else str(name)
-    return f"{host} {text}" if text else host
+    return f"{host} {text if text.strip() else '(unnamed)'}"
 
 
 def envelope(events: list, full_span_ms: tuple[float, float], filtered: bool,
