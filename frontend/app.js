@@ -98,8 +98,9 @@ class Dashboard {
     this.details = el('section', {'data-testid': 'details', class: 'tbr-details', 'aria-label': 'Event details'},
       el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
 
+    this.profileBadge = el('span', {class: 'tbr-badge', hidden: true, 'data-testid': 'profile-tab-badge'});
     const bar = el('header', {class: 'tbr-bar'},
-      el('span', {class: 'tbr-title'}, 'Trace Reduce'),
+      el('span', {class: 'tbr-title'}, 'Trace Reduce'), this.profileBadge,
       el('label', {}, 'Run ', this.runSelect), this.liveLabel,
       el('label', {}, 'Host ', this.hostSelect),
       el('label', {}, 'Level ', this.levelSelect),
@@ -176,7 +177,25 @@ class Dashboard {
   }
 
   // ---- runs and hosts ------------------------------------------------------
+  /** Say so when this server also answers the Profile tab's Trace Viewer (XProf). */
+  async showProfileTab() {
+    let info = null;
+    try {
+      info = await getJson('info');
+    } catch {
+      return; // an older server, or none: nothing to say
+    }
+    const tab = info && info.profile_tab;
+    if (!tab || !tab.active) return;
+    this.profileBadge.textContent = 'also serving the Profile tab';
+    this.profileBadge.title = `tb-reduce answers the Profile tab's Trace Viewer (XProf ${tab.xprof}) for these ` +
+      'runs too, and lists there the PyTorch and other Chrome traces XProf cannot open ' +
+      '(--tb_reduce_profile_tab=off to leave it to XProf)';
+    this.profileBadge.hidden = false;
+  }
+
   async start() {
+    this.showProfileTab();
     this.setStatus('Listing traces…');
     try {
       this.runs = await getJson('runs');
