@@ -382,15 +382,10 @@ class TraceReducePlugin(base_plugin.TBPlugin):
                 if chrome:
                     raise NotFound(f"no trace for host {ask.host!r} in run {run!r}")
                 return None
-            try:
-                found = self.profile_answers.answer(tf, ask)
-            except (NotFound, FileChanged, ServerBusy, BudgetBusy, OverBudget, asks.BadAsk):
-                raise
-            except TraceError as exc:
-                if chrome:
-                    raise
-                log.warning("tb_reduce: %s: %s; XProf answers it", tf.host, exc)
-                return None
+            # A file tb-reduce refuses (a bomb, over a limit, not a profile) is refused here too,
+            # with its reason: handing it to XProf would have XProf hold it whole in memory,
+            # which is what the limits are there to prevent.
+            found = self.profile_answers.answer(tf, ask)
             headers = [(f"X-Tb-Reduce-{k.replace('_', '-').title()}", str(v)) for k, v in found.info.items()
                        if k in ("level", "resolution", "bucket_us", "cached", "kind")]
             if "gzip" in request.headers.get("Accept-Encoding", "").lower():
