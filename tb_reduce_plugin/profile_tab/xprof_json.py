@@ -113,8 +113,8 @@ def trace_event(e: dict, uid: Optional[int], clock: Clock) -> dict:
     if "ts" in out:
         out["ts"] = clock.out(out["ts"])
     ph = out.get("ph")
-    if uid is None:  # a summary: keyed by its extent, so the same summary sent twice is drawn once
-        out["z"] = f"s{out.get('dur')}"
+    if uid is None:  # a summary: keyed by its track and extent, so the same summary sent twice is drawn once
+        out["z"] = f"s{out.get('tid')}:{out.get('dur')}"
         return out
     if ph in _DETAILED:
         args = out.get("args")
