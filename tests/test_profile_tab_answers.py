@@ -87,8 +87,13 @@ def test_search_finds_events_the_view_folded_into_summaries(answers: ProfileTabA
     tf = answers.file_for(TORCH_RUN, TORCH_HOST)
     view = _doc(answers.answer(tf, _ask(run=TORCH_RUN, tag="trace_viewer@", host=TORCH_HOST, resolution=50)))
     drawn = {e["name"] for e in view["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "tb_reduce.summary"}
-    folded = sum(e["args"]["count"] for e in view["traceEvents"] if e.get("cat") == "tb_reduce.summary")
+    summaries = [e for e in view["traceEvents"] if e.get("cat") == "tb_reduce.summary"]
+    folded = sum(e["args"]["count"] for e in summaries)
     assert folded > 0
+    # On a row of their own under their thread, named after it: zooms never stack real slices under them.
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in view["traceEvents"] if e.get("name") == "thread_name"}
+    assert all(e["tid"].endswith(xprof_json.FOLDED) and rows[e["pid"], e["tid"]].endswith(xprof_json.FOLDED)
+               for e in summaries)
     found = _doc(answers.answer(tf, _ask(run=TORCH_RUN, tag="trace_viewer@", host=TORCH_HOST,
                                          search_prefix="aten::")))
     hits = [e for e in found["traceEvents"] if e.get("ph") == "X"]

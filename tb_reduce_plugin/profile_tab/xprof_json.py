@@ -21,9 +21,13 @@ the profile's start, as XProf writes them; Chrome JSON times (Kineto writes µs 
 an epoch, ~5e12) are shifted by a whole number of µs (`Clock.origin_us`) so the ruler
 starts near 0, and rounded to the ns the viewer shows.
 
-tb-reduce's summaries (`cat: tb_reduce.summary`) stay what they are: complete events
-spanning the slices they fold, with `args.count` and `args.top`, so a folded stretch
-is drawn busy, never blank.
+tb-reduce's summaries (`cat: tb_reduce.summary`, complete events spanning the slices
+they fold, with `args.count` and `args.top`) are drawn on a row of their own under
+each thread, `<thread> · folded by tb-reduce`: the viewer merges every zoom's answer
+into what it holds and never drops an event, so a summary from a coarser view left
+in the thread's row would sit on top of the slices a zoom brings. On its own row it
+stays a true statement (these stretches were folded at some zoom) and the thread's
+row holds real slices only.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ XPROF_KEYS = ("displayTimeUnit", "metadata", "codeLink", "useNewBackend", "detai
               "filteredByVisibility", "fullTimespan", "stackFrames", "traceEvents", "showCounterMessage",
               "totalCounterEvents")
 SUMMARY_CAT = "tb_reduce.summary"
+FOLDED = " · folded by tb-reduce"  # the row of a thread's summaries: its tid and name end with it
 # Phases whose events get a `uid` (the viewer fetches details for thread slices only:
 # X, B/E pairs and thread-scoped instants). A counter's args are its series: no uid there.
 _DETAILED = frozenset("XBiI")
@@ -113,13 +118,44 @@ def trace_event(e: dict, uid: Optional[int], clock: Clock) -> dict:
     if "ts" in out:
         out["ts"] = clock.out(out["ts"])
     ph = out.get("ph")
-    if uid is None:  # a summary: keyed by its track and extent, so the same summary sent twice is drawn once
-        out["z"] = f"s{out.get('tid')}:{out.get('dur')}"
+    if uid is None:  # a summary: on its thread's folded row, keyed by its extent (sent twice, drawn once)
+        out["tid"] = folded_tid(out.get("tid"))
+        out["z"] = f"s{out.get('dur')}"
         return out
     if ph in _DETAILED:
         args = out.get("args")
         out["args"] = dict(args, uid=uid) if isinstance(args, dict) else {"uid": uid}
     out["z"] = uid
+    return out
+
+
+def folded_tid(tid: Any) -> str:
+    return f"{tid}{FOLDED}"
+
+
+def folded_rows(summaries: Iterable[dict], meta: list[dict]) -> list[dict]:
+    """`thread_name` (and `thread_sort_index`) events for the folded rows the summaries
+    use: named after their thread, sorted with it (the viewer orders threads by sort
+    index, then name, so `<name> · folded…` comes right after `<name>`)."""
+    names = {(m.get("pid"), m.get("tid")): (m.get("args") or {}).get("name") for m in meta
+             if m.get("name") == "thread_name"}
+    sorts = {(m.get("pid"), m.get("tid")): (m.get("args") or {}).get("sort_index") for m in meta
+             if m.get("name") == "thread_sort_index"}
+    out: list[dict] = []
+    seen: set = set()
+    for e in summaries:
+        pid, tid = e.get("pid"), e.get("tid")
+        if (pid, tid) in seen or not isinstance(tid, str) or not tid.endswith(FOLDED):
+            continue
+        seen.add((pid, tid))
+        base = tid[:-len(FOLDED)]
+        key = next((k for k in names if k[0] == pid and str(k[1]) == base), None)
+        name = names.get(key) if key is not None else None
+        out.append({"args": {"name": f"{name if name is not None else base}{FOLDED}"}, "name": "thread_name",
+                    "ph": "M", "pid": pid, "tid": tid})
+        sort = sorts.get(key) if key is not None else None
+        if isinstance(sort, (int, float)) and not isinstance(sort, bool):
+            out.append({"args": {"sort_index": sort}, "name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid})
     return out
 
 
@@ -156,6 +192,7 @@ def view(doc: dict, host: str, clock: Clock, full_span_ms: tuple[float, float], 
         else:
             rest.append(trace_event(e, index[k] if k < n_indexed else None, clock))
     meta.extend(missing_process_names(rest, named, host))
+    meta.extend(folded_rows((e for e in rest if e.get("cat") == SUMMARY_CAT), meta))
     summary = {k: v for k, v in info.items() if k != "input_index"}
     return envelope(meta + rest, full_span_ms, filtered, {"tb_reduce": summary})
 
@@ -166,6 +203,8 @@ def detail(event: dict, uid: int, dur: Optional[float], host: str, clock: Clock,
     slice as a complete (`X`) event, its duration from its matching end when it was a `B`."""
     out = dict(event)
     out["ts"] = clock.out(out.get("ts"))
+    if not isinstance(out.get("args"), dict):
+        out["args"] = {}  # the viewer replaces the slice's args with these: never with nothing
     if out.get("ph") in ("B", "i", "I"):
         out["ph"] = "X"
         out["dur"] = dur if dur is not None else 0
