@@ -554,3 +554,13 @@ def test_zoomed_in_slices_are_not_drawn_under_a_summary_from_the_coarser_view(pr
     save_shot(page, "profile_tab_xspace_zoomed_under_summary")
     drawn = viewer.evaluate(NESTED_UNDER_SUMMARY_JS)
     assert drawn["visible"] > 0 and drawn["nested"] == 0, (widest, drawn)
+
+
+def test_the_trace_reduce_tab_says_it_also_serves_the_profile_tab(page, server):
+    page.goto(f"{server.url}#tb_reduce")
+    frame = page.wait_for_selector("iframe", timeout=30_000).content_frame()
+    badge = frame.locator("[data-testid=profile-tab-badge]")
+    badge.wait_for(state="visible", timeout=30_000)
+    assert badge.inner_text() == "also serving the Profile tab"
+    assert "XProf 2.24.2" in badge.get_attribute("title")
+    save_shot(frame.locator("header.tbr-bar"), "trace_reduce_tab_profile_badge")
