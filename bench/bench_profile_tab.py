@@ -61,7 +61,8 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bench_reduce import impl_fingerprint  # noqa: E402  (the script's own directory is sys.path[0])
+from bench_plugin import link_or_copy  # noqa: E402  (the script's own directory is sys.path[0])
+from bench_reduce import impl_fingerprint  # noqa: E402
 from tensorboard_process import TensorBoard, start_tensorboard  # noqa: E402
 
 DEFAULT_GLOB = "/tmp/jax_big/plugins/profile/*/vm.xplane.pb"
@@ -153,14 +154,6 @@ def find_xspace(given: Optional[str], steps: int) -> Path:
         if not found:
             sys.exit(f"make_jax_xspace.py wrote no {DEFAULT_GLOB}")
     return Path(found[-1])
-
-
-def link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
 
 
 def cpu_s(pid: int) -> float:

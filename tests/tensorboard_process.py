@@ -174,3 +174,28 @@ def start_tensorboard(logdir: Path, cache_dir: Optional[Path], *flags: str, pyth
             tb.stop()
             raise StartFailed(f"tensorboard did not start (exit {proc.poll()}):\n{tb.tail()}")
     return tb
+
+
+def storm(tb: TensorBoard, ask: Callable[[int], None], n: int, poll_path: str) -> list[float]:
+    """`ask(0)` … `ask(n-1)` all at once, each on its own thread, while `poll_path` is asked
+    every 0.1 s (it must answer 200 throughout); returns how long each poll took."""
+    stop = threading.Event()
+    polls: list[float] = []
+
+    def poll() -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            assert tb.get(poll_path)[0] == 200
+            polls.append(time.monotonic() - began)
+            time.sleep(0.1)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    askers = [threading.Thread(target=ask, args=(k,)) for k in range(n)]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join(600)
+    stop.set()
+    poller.join(120)
+    return polls

@@ -16,14 +16,13 @@ import gzip
 import json
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
 import hostile_files as hf
 import pytest
 from plugin_support import TORCH_FILE, require_corpus, torch_trace_gz
-from tensorboard_process import TensorBoard, start_tensorboard
+from tensorboard_process import TensorBoard, start_tensorboard, storm
 
 ROUTE = "data/plugin/tb_reduce/"
 BUDGET_MB = 64
@@ -116,8 +115,6 @@ def test_a_storm_of_distinct_windows_stays_within_the_budget_and_the_run_list_an
         statuses: collections.Counter = collections.Counter()
         retry_after: list[str] = []
         lock = threading.Lock()
-        stop = threading.Event()
-        runs_s: list[float] = []
 
         def ask(k: int) -> None:
             a = t0 + (t1 - t0) * (k % 97) / 100
@@ -129,23 +126,7 @@ def test_a_storm_of_distinct_windows_stays_within_the_budget_and_the_run_list_an
                 if got == 503:
                     retry_after.append(headers.get("retry-after", ""))
 
-        def poll() -> None:
-            while not stop.is_set():
-                began = time.monotonic()
-                got, _, _ = tb.get(ROUTE + "runs")
-                assert got == 200
-                runs_s.append(time.monotonic() - began)
-                time.sleep(0.1)
-
-        poller = threading.Thread(target=poll)
-        poller.start()
-        askers = [threading.Thread(target=ask, args=(k,)) for k in range(80)]
-        for t in askers:
-            t.start()
-        for t in askers:
-            t.join(600)
-        stop.set()
-        poller.join(120)
+        runs_s = storm(tb, ask, 80, ROUTE + "runs")
         assert tb.alive(), tb.tail()
         assert set(statuses) <= {200, 503} and statuses[200] >= 2, statuses
         assert all(r.isdigit() and int(r) >= 1 for r in retry_after), retry_after

@@ -10,12 +10,11 @@ import collections
 import gzip
 import json
 import threading
-import time
 from pathlib import Path
 
 import hostile_files as hf
 import pytest
-from tensorboard_process import start_tensorboard
+from tensorboard_process import start_tensorboard, storm
 from test_hostile_server import MARGIN_MB, error_of
 
 pytest.importorskip("xprof", reason="tensorboard-plugin-profile is a test dependency (setup.py extras 'test')")
@@ -47,8 +46,6 @@ def test_a_storm_of_trace_viewer_windows_and_hostile_asks_stays_within_the_budge
         idle = tb.peak_mb()
         statuses: collections.Counter = collections.Counter()
         lock = threading.Lock()
-        stop = threading.Event()
-        runs_s: list[float] = []
 
         def ask(k: int) -> None:
             if k % 8 == 0:
@@ -65,22 +62,7 @@ def test_a_storm_of_trace_viewer_windows_and_hostile_asks_stays_within_the_budge
             with lock:
                 statuses[got] += 1
 
-        def poll() -> None:
-            while not stop.is_set():
-                began = time.monotonic()
-                assert tb.get(PROFILE + "runs")[0] == 200
-                runs_s.append(time.monotonic() - began)
-                time.sleep(0.1)
-
-        poller = threading.Thread(target=poll)
-        poller.start()
-        askers = [threading.Thread(target=ask, args=(k,)) for k in range(80)]
-        for t in askers:
-            t.start()
-        for t in askers:
-            t.join(600)
-        stop.set()
-        poller.join(120)
+        runs_s = storm(tb, ask, 80, PROFILE + "runs")
         assert tb.alive(), tb.tail()
         # 413: a resolution of 10^12 buckets is cut to 200,000, whose conversion would pass the budget
         assert set(statuses) <= {200, 400, 404, 413, 503} and statuses[200] >= 2 and statuses[400] >= 2, statuses

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from plugin_support import JAX_HOST, JAX_RUN, TORCH_HOST, TORCH_RUN, add_jax_run, add_torch_run, require_corpus
+from plugin_support import JAX_HOST, JAX_RUN, TORCH_HOST, TORCH_RUN, add_torch_run, make_logdir
 from tensorboard_process import TensorBoard, start_tensorboard
 
 pytest.importorskip("xprof", reason="tensorboard-plugin-profile is a test dependency (setup.py extras 'test')")
@@ -29,16 +29,8 @@ XPROF_KEYS = ["displayTimeUnit", "metadata", "codeLink", "useNewBackend", "detai
 VIEWER = {"replace_model": "true", "new_backend": "false"}  # what the Profile tab's viewer adds to each view
 
 
-def _logdir(root: Path) -> Path:
-    require_corpus()
-    logdir = root / "logdir"
-    add_jax_run(logdir)
-    add_torch_run(logdir)
-    return logdir
-
-
 def _server(tmp: Path, order: str, *flags: str) -> TensorBoard:
-    logdir = _logdir(tmp)
+    logdir = make_logdir(tmp)  # a JAX XSpace run in XProf's layout and a PyTorch run
     return start_tensorboard(logdir, None if order == "xprof-only" else tmp / "cache", *flags, order=order)
 
 
