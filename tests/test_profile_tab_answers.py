@@ -41,7 +41,7 @@ def test_the_three_forms_of_a_trace_viewer_request_are_read_as_xprof_sends_them(
                 new_backend="false", start_time_ms=1.5, end_time_ms=9)
     assert (view.kind, view.resolution, view.start_ms, view.end_ms) == ("view", 3240, 1.5, 9.0)
     event = _ask(run="r", tag="trace_viewer@", host="h", event_name="op", start_time_ms=2, duration_ms=1,
-                 unique_id=42, replace_model="false")
+                 unique_id="tbr-42", replace_model="false")
     assert (event.kind, event.uid, event.event_name) == ("event", 42, "op")
     search = _ask(run="r", tag="trace_viewer", host="h", resolution=0, search_prefix="dot")
     assert (search.kind, search.prefix, search.resolution) == ("search", "dot", 0)
@@ -52,6 +52,7 @@ def test_the_three_forms_of_a_trace_viewer_request_are_read_as_xprof_sends_them(
     dict(tag="overview_page"),
     dict(format="pb"),
     dict(hosts="a,b"),
+    dict(unique_id="0", event_name="op"),  # XProf's own id: a click on an event XProf sent
     dict(trace_filter_config='{"x":1}'),
     dict(selected_group_ids="1,2"),
     dict(session_path="/somewhere"),
@@ -66,7 +67,7 @@ def test_requests_tb_reduce_cannot_answer_exactly_are_left_to_xprof(params: dict
 
 @pytest.mark.parametrize("params", [
     dict(resolution="-1"), dict(resolution="2.5"), dict(resolution="nan"), dict(start_time_ms="3"),
-    dict(start_time_ms="5", end_time_ms="5"), dict(unique_id="-3", event_name="x"), dict(unique_id="1" * 13),
+    dict(start_time_ms="5", end_time_ms="5"), dict(unique_id="tbr--3", event_name="x"), dict(unique_id="tbr-" + "1" * 13),
     dict(run="r\x00"), dict(search_prefix="x" * (asks.MAX_SEARCH_CHARS + 1)),
 ])
 def test_bad_values_of_parameters_tb_reduce_takes_are_refused(params: dict) -> None:
@@ -99,7 +100,7 @@ def test_search_finds_events_the_view_folded_into_summaries(answers: ProfileTabA
     hits = [e for e in found["traceEvents"] if e.get("ph") == "X"]
     assert hits and all(e["name"].startswith("aten::") for e in hits)
     assert {e["name"] for e in hits} - drawn  # names only the search brings: they were folded
-    assert all(set(e["args"]) == {"uid"} and e["z"] == e["args"]["uid"] for e in hits)
+    assert all(set(e["args"]) == {"uid"} and e["args"]["uid"] == f"tbr-{e['z']}" for e in hits)
     pids = {e["pid"] for e in found["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
     assert {e["pid"] for e in hits} <= pids
     nothing = _doc(answers.answer(tf, _ask(run=TORCH_RUN, tag="trace_viewer@", host=TORCH_HOST,
@@ -122,7 +123,7 @@ def test_a_begin_end_pair_is_detailed_as_one_complete_event_with_its_args(tmp_pa
     view = _doc(answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", resolution=8000)))
     begin = next(e for e in view["traceEvents"] if e.get("ph") == "B")
     end = next(e for e in view["traceEvents"] if e.get("ph") == "E")
-    assert begin["args"] == {"uid": 1} and "uid" not in end.get("args", {})  # the slice's uid is its B's
+    assert begin["args"] == {"uid": "tbr-1"} and "uid" not in end.get("args", {})  # the slice's uid is its B's
     assert view["fullTimespan"] == [1.0005, 1.0105]
     detail = _doc(answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", event_name="step",
                                           unique_id=begin["args"]["uid"])))
@@ -130,9 +131,9 @@ def test_a_begin_end_pair_is_detailed_as_one_complete_event_with_its_args(tmp_pa
     assert (last["ph"], last["ts"], last["dur"], last["args"]) == ("X", 1000.5, 10.0, {"step": 7, "note": "slow"})
     assert detail["traceEvents"][0]["args"]["name"] == "h trainer"
     with pytest.raises(NotFound):  # a uid naming another event: the view is stale
-        answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", event_name="step", unique_id=2))
+        answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", event_name="step", unique_id="tbr-2"))
     with pytest.raises(NotFound):
-        answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", event_name="step", unique_id=99))
+        answers.answer(tf, _ask(run="run", tag="trace_viewer@", host="h", event_name="step", unique_id="tbr-99"))
 
 
 def test_a_view_asked_again_is_read_from_the_disk_cache(answers: ProfileTabAnswers) -> None:

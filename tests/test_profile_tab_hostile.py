@@ -26,7 +26,7 @@ HOSTILE = [
     dict(run="../../etc", host="passwd", tag="trace_viewer@"),
     dict(run="run", host="..%2F..%2Fetc%2Fpasswd", tag="trace_viewer@"),
     dict(run="run", host="s", tag="trace_viewer@", resolution="999999999999"),
-    dict(run="run", host="s", tag="trace_viewer@", unique_id="999999999999", event_name="x"),
+    dict(run="run", host="s", tag="trace_viewer@", unique_id="tbr-999999999999", event_name="x"),
     dict(run="run", host="s", tag="trace_viewer@", start_time_ms="1e308", end_time_ms="inf"),
     dict(run="run", host="s", tag="trace_viewer@", search_prefix=""),
 ]

@@ -159,6 +159,19 @@ def test_other_xprof_tools_still_answer_from_xprof(both: TensorBoard) -> None:
     assert status == 200 and "x-served-by" not in headers
 
 
+def test_a_click_on_an_event_xprof_sent_is_answered_by_xprof(both: TensorBoard, xprof_alone: TensorBoard) -> None:
+    """A view tb-reduce leaves to XProf (several hosts, a filter) carries XProf's own event
+    ids: the details request for one of them must reach XProf, not be read as tb-reduce's."""
+    view = _get(xprof_alone, "data", run=JAX_RUN, tag="trace_viewer@", host=JAX_HOST, resolution=8000)[2]
+    event = next(e for e in view["traceEvents"] if e.get("ph") == "X" and "group_id" in e["args"])
+    params = dict(run=JAX_RUN, tag="trace_viewer@", host=JAX_HOST, hosts=JAX_HOST, replace_model="false",
+                  event_name=event["name"], start_time_ms=event["ts"] / 1000, duration_ms=event["dur"] / 1000,
+                  unique_id=event["args"]["uid"])
+    status, headers, detail = _get(both, "data", **params)
+    assert status == 200 and "x-served-by" not in headers
+    assert detail["traceEvents"][-1]["name"] == event["name"]
+
+
 def test_the_trace_reduce_tab_says_it_serves_the_profile_tab(both: TensorBoard) -> None:
     status, _, data = both.get("data/plugin/tb_reduce/info")
     info = json.loads(data)
@@ -168,8 +181,9 @@ def test_the_trace_reduce_tab_says_it_serves_the_profile_tab(both: TensorBoard) 
 @pytest.mark.parametrize("params, status", [
     (dict(resolution=-5), 400),
     (dict(resolution="1e999"), 400),
-    (dict(unique_id="abc", event_name="x"), 400),
-    (dict(unique_id="99999999", event_name="x"), 404),
+    (dict(unique_id="tbr-abc", event_name="x"), 400),
+    (dict(unique_id="tbr-99999999", event_name="x"), 404),
+    (dict(unique_id="3", event_name="x"), 400),  # XProf's kind of id: not an event tb-reduce sent
     (dict(start_time_ms=5), 400),
     (dict(format="pb"), 400),
     (dict(tag="overview_page"), 400),

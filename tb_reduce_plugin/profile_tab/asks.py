@@ -6,8 +6,9 @@ XProf's `data?run=&tag=trace_viewer@&host=…` comes in three forms (XProf 2.24,
 `unique_id`) and a search (`search_prefix`, `resolution=0`). Each maps onto tb-reduce:
 `resolution` is the window's bucket count (XProf: "visible events per row", i.e. the
 window cut into that many slots; 0 means every event), the window is the same
-interval in the viewer's clock, and `unique_id` is the input index tb-reduce put in
-the event it sent.
+interval in the viewer's clock, and `unique_id` is what tb-reduce put in the event it
+sent: `tbr-<input index>`. XProf's own ids are small numbers, so a click on an event
+XProf sent (a view tb-reduce left to it, e.g. of several hosts) goes to XProf.
 
 Anything else — another tool, the newer viewer's protobuf `format=pb`, several hosts
 at once, filters and paths that only XProf knows (`trace_filter_config`,
@@ -24,6 +25,7 @@ from typing import Mapping, Optional, Union
 TRACE_TOOLS = ("trace_viewer", "trace_viewer@")
 DEFAULT_RESOLUTION = 8000  # XProf's, when a request names none
 MAX_SEARCH_CHARS = 1024
+UID_PREFIX = "tbr-"  # an event id tb-reduce sent (`args.uid`), before its input index
 MAX_PARAM_CHARS = 4096  # as the Trace Reduce tab's routes
 # Parameters that do not change the answer (cache and UI hints), or that a single
 # host's answer already satisfies.
@@ -109,9 +111,12 @@ def read(args: Mapping[str, str]) -> Union[Ask, Declined]:
 
     if args.get("event_name") is not None or args.get("unique_id") is not None:
         raw_uid = args.get("unique_id") or ""
-        if not (raw_uid.isascii() and raw_uid.isdigit()) or len(raw_uid) > 12:
+        if not raw_uid.startswith(UID_PREFIX):
+            return Declined("an event XProf sent")
+        digits = raw_uid[len(UID_PREFIX):]
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 12:
             raise BadAsk(f"parameter 'unique_id' must be an event id tb-reduce sent, not {raw_uid[:40]!r}")
-        return Ask("event", run, host, resolution, start, None, int(raw_uid), args.get("event_name"))
+        return Ask("event", run, host, resolution, start, None, int(digits), args.get("event_name"))
     if args.get("search_prefix") is not None:
         prefix = args.get("search_prefix") or ""
         if len(prefix) > MAX_SEARCH_CHARS:

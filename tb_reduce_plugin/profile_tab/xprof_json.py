@@ -8,8 +8,9 @@ and events in XProf's form:
   finds the host of a clicked event from the first word of its process's name, and
   asks for its details only if that host is one it knows;
 - every other event carries `args.uid` — what the viewer sends back as `unique_id` to
-  ask for the event's full args on click; here it is the event's index in the input,
-  so a details request names exactly one event — and `z`, which the viewer appends to
+  ask for the event's full args on click; here `tbr-<its index in the input>`, so a
+  details request names exactly one event, and one for an event XProf sent (a small
+  number) is told apart and left to XProf — and `z`, which the viewer appends to
   `pid$ts` to tell apart events it already holds when it merges the answer of a zoom
   (here the same index, so an event is never taken for another, and an event sent
   again is never drawn twice);
@@ -35,6 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
+
+from .asks import UID_PREFIX
 
 # XProf 2.24's trace_viewer@ answer, keys in its order (checked against its own output).
 XPROF_KEYS = ("displayTimeUnit", "metadata", "codeLink", "useNewBackend", "details", "returnedEventsSize",
@@ -124,7 +127,8 @@ def trace_event(e: dict, uid: Optional[int], clock: Clock) -> dict:
         return out
     if ph in _DETAILED:
         args = out.get("args")
-        out["args"] = dict(args, uid=uid) if isinstance(args, dict) else {"uid": uid}
+        tag = f"{UID_PREFIX}{uid}"
+        out["args"] = dict(args, uid=tag) if isinstance(args, dict) else {"uid": tag}
     out["z"] = uid
     return out
 
