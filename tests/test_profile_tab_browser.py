@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 from dashboard_support import CHROMIUM, PYTORCH_DEMO, ROOT, save_shot
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tensorboard_process import start_tensorboard
 
 if not Path(CHROMIUM).exists():
@@ -284,8 +285,13 @@ def pick(page, xprof, select_index: int, option: str) -> None:
 def wait_drawn(frame, min_slices: int, timeout_ms: float = 60_000) -> dict:
     """Until the viewer's model holds `min_slices` slices, its viewport is placed and nothing
     is loading; its state."""
-    frame.wait_for_function(f"() => {{ const s = ({VIEWER_STATE_JS})(); return !!s && !s.loading && "
-                            f"s.placed && s.slices >= {min_slices}; }}", timeout=timeout_ms)
+    try:
+        frame.wait_for_function(f"() => {{ const s = ({VIEWER_STATE_JS})(); return !!s && !s.loading && "
+                                f"s.placed && s.slices >= {min_slices}; }}", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        state = frame.evaluate(VIEWER_STATE_JS)
+        raise AssertionError(f"the viewer did not draw {min_slices} slices in {timeout_ms / 1000:.0f} s: "
+                             f"{ {k: v for k, v in (state or {}).items() if k != 'processes'} }") from None
     return frame.evaluate(VIEWER_STATE_JS)
 
 
@@ -304,7 +310,11 @@ def open_xspace(page, server: ProfileTabServer, run: str):
                               timeout=LOAD_TIMEOUT_MS) as first:
         pick(page, xprof, 0, run)
     viewer = viewer_frame(page, run)
-    return first.value, viewer, wait_drawn(viewer, 300)
+    # Every complete event sent becomes one slice of the viewer's model: wait for all of them
+    # (how many depends on the recording: its length and threads vary with the machine's load).
+    sent = sum(1 for e in assert_ours(first.value)["traceEvents"] if e.get("ph") == "X")
+    assert sent >= 50, sent
+    return first.value, viewer, wait_drawn(viewer, sent)
 
 
 def zoom_in(page, viewer, at_ms: float, factor: float) -> None:
