@@ -44,9 +44,10 @@ import shutil
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TEMP_PREFIX = ".ring-tmp-"
 RECORD_SUFFIX = ".ring.json"
@@ -300,28 +301,18 @@ class RawRing:
 
     def _copy_in(self, src_fd: int, size: int, final: str) -> int:
         """Copy at most `size` bytes of `src_fd` (from its start) to `final`, via a temp file."""
-        out, tmp = self._temp(os.path.dirname(final))
-        try:
-            done = _copy_fd(src_fd, out, size)
-            if self.durable:
-                os.fsync(out)
-        except BaseException:
-            os.close(out)
-            _unlink(tmp)
-            raise
-        try:
-            os.close(out)
-            os.replace(tmp, final)
-        except BaseException:
-            _unlink(tmp)
-            raise
-        return done
+        return self._atomic(final, lambda out: _copy_fd(src_fd, out, size))
 
     def _write_file(self, final: str, data: bytes) -> None:
+        self._atomic(final, lambda out: _write_all(out, data))
+
+    def _atomic(self, final: str, fill: Callable[[int], T]) -> T:
+        """`final` written whole or not at all: `fill` writes a temp file beside it (synced
+        when durable), which then replaces it; on any failure the temp file goes."""
         out, tmp = self._temp(os.path.dirname(final))
         try:
             try:
-                _write_all(out, data)
+                result = fill(out)
                 if self.durable:
                     os.fsync(out)
             finally:
@@ -330,6 +321,7 @@ class RawRing:
         except BaseException:
             _unlink(tmp)
             raise
+        return result
 
     # ---- preserving ----------------------------------------------------------------
 
