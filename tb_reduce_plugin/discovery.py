@@ -3,9 +3,23 @@
 TensorBoard calls a directory a run only if it holds a `tfevents` file, and
 profile folders (`plugins/profile/<run>/`) and PyTorch trace-handler folders
 usually hold none. So the logdir is walked here: cheaply (names and `stat` only,
-a bounded number of entries, no symlinked directories), cached, and walked again
-when the cache is older than `max_age_s`, so new profiles appear while
-TensorBoard runs.
+a bounded number of entries), cached, and walked again when the cache is older
+than `max_age_s`, so new profiles appear while TensorBoard runs.
+
+Symbolic links are followed as TensorBoard follows them (`follow_symlinks`, the
+default): a run folder or a trace file linked in from elsewhere is listed. Loops are
+guarded (a linked folder already walked, or one holding the logdir, is not entered
+again) and a link to a folder inside the logdir is not walked twice. With
+`follow_symlinks=False` (`--tb_reduce_follow_symlinks=false`, for logdirs that
+untrusted jobs write into) only links that resolve inside the logdir are listed.
+Either way a file is read only if it is still the one the walk saw (device and inode
+of the link's target, see below). What the walk found and left out (a link not
+followed, a broken link, a loop, a `.json` that is no trace, a folder too deep or
+unreadable, the entry limit) is kept in `skipped`, so an empty tab can say why.
+
+JAX writes `<host>.trace.json.gz` beside `<host>.xplane.pb`: an export of the same
+profile capped at 1,000,000 events (a long run's export covers only its start). Such
+a file is listed after the XSpace, marked `capped` (see `TraceFile.describe`).
 
 Naming (SPEC §2): a file in `…/plugins/profile/<run>/` belongs to run
 `<prefix>/<run>` (`<prefix>` = the path above `plugins/profile`, if any); any
@@ -67,6 +81,10 @@ MAX_REPORT_BYTES = 64 * 1024
 REPORT_KEYS = ("trigger", "kind", "value", "threshold", "unit", "reason", "step", "window")
 # Longest run or host name listed: what the plugin takes in a parameter (plugin.MAX_PARAM_CHARS).
 MAX_NAME_CHARS = 4096
+# What a JAX export beside its XSpace holds at most (the profiler's trace-events cap).
+JAX_EXPORT_CAP = 1_000_000
+JAX_EXPORT_SUFFIXES = (".trace.json.gz", ".trace.json")
+MAX_SKIPPED = 100  # entries of `Catalog.skipped` kept (the count goes on)
 
 
 @dataclass(frozen=True)
@@ -80,9 +98,16 @@ class TraceFile:
     dev: int = 0
     ino: int = 0
     events_dir: str = ""  # the TensorBoard run folder whose event files hold this run's scalars
+    export_of: str = ""  # the host whose XSpace this file is JAX's capped export of, if it is one
 
     def describe(self) -> dict:
-        return {"host": self.host, "format": self.format, "bytes": self.bytes}
+        out: dict = {"host": self.host, "format": self.format, "bytes": self.bytes}
+        if self.export_of:
+            out["capped"] = {"events": JAX_EXPORT_CAP, "of": self.export_of,
+                             "note": f"JAX's export of {self.export_of}.xplane.pb, capped at "
+                                     f"{JAX_EXPORT_CAP:,} events: a long run's export covers only its "
+                                     f"start; the XSpace holds every event"}
+        return out
 
     def identity(self) -> FileIdentity:
         """The file the walk saw, for `TraceStream(expect=…)`: another one at the path
@@ -166,36 +191,74 @@ def run_name(rel_dir: str) -> str:
 class TreeWalk:
     """The entries under a folder that are not folders, as (folder, entry): cheaply and bounded.
 
-    Depth-first; names starting with '.' skipped; symlinked folders and `exclude`d ones
-    not entered; at most `MAX_DEPTH` deep; it stops after `MAX_ENTRIES` entries
-    (`truncated` then says so). The logdir walk and the live watcher share it.
+    Depth-first; names starting with '.' skipped; `exclude`d folders not entered; at
+    most `MAX_DEPTH` deep; it stops after `MAX_ENTRIES` entries (`truncated` then says
+    so). Symlinked folders are entered only with `follow_symlinks`, and then only once
+    (by real path) and never one that holds the walk's root, so a loop ends. Folders
+    left out are noted in `skipped` as (path, reason). The logdir walk and the live
+    watcher (which follows no links) share it.
     """
 
-    def __init__(self, root: str, exclude: Iterable[str] = ()) -> None:
+    def __init__(self, root: str, exclude: Iterable[str] = (), follow_symlinks: bool = False) -> None:
         self.root = root
         self.exclude = frozenset(exclude)
+        self.follow_symlinks = follow_symlinks
         self.truncated = False
+        self.skipped: list[tuple[str, str]] = []
 
     def __iter__(self) -> Iterator[tuple[str, os.DirEntry]]:
         visited = 0
-        stack = [(self.root, 0)]
+        root_real = os.path.realpath(self.root)
+        entered = {root_real}  # real paths of the folders walked (their real children follow by name)
+        stack = [(self.root, root_real, 0)]
         while stack:
-            directory, depth = stack.pop()
+            directory, real, depth = stack.pop()
             try:
                 entries = list(os.scandir(directory))
-            except OSError:
+            except OSError as exc:
+                if directory != self.root:
+                    self.skipped.append((directory, f"cannot be read ({exc.strerror or exc})"))
                 continue
             for entry in entries:
                 visited += 1
                 if visited > MAX_ENTRIES:
                     self.truncated = True
+                    self.skipped.append((directory, f"not walked to the end: the walk stops after "
+                                                    f"{MAX_ENTRIES:,} entries"))
                     return
                 if entry.name.startswith("."):
                     continue
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        if depth < MAX_DEPTH and not (self.exclude and os.path.realpath(entry.path) in self.exclude):
-                            stack.append((entry.path, depth + 1))
+                        child = os.path.join(real, entry.name)
+                        if self.exclude and child in self.exclude:
+                            continue
+                        if depth >= MAX_DEPTH:
+                            self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
+                            continue
+                        entered.add(child)
+                        stack.append((entry.path, child, depth + 1))
+                        continue
+                    if entry.is_symlink() and entry.is_dir():  # a link to a folder
+                        if not self.follow_symlinks:
+                            self.skipped.append((entry.path, "a link to a folder, not followed "
+                                                             "(--tb_reduce_follow_symlinks=false)"))
+                            continue
+                        target = os.path.realpath(entry.path)
+                        if target in self.exclude:
+                            continue
+                        if target in entered or root_real.startswith(target + os.sep) or target == root_real:
+                            self.skipped.append((entry.path, "a link to a folder walked already (a loop)"))
+                            continue
+                        if target.startswith(root_real + os.sep):
+                            self.skipped.append((entry.path, "a link to a folder inside the logdir, "
+                                                             "listed under its own name"))
+                            continue
+                        if depth >= MAX_DEPTH:
+                            self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
+                            continue
+                        entered.add(target)
+                        stack.append((entry.path, target, depth + 1))
                         continue
                 except OSError:
                     continue
@@ -214,9 +277,10 @@ def events_folder(trace_dir: str) -> str:
 class Catalog:
     """The traces under one logdir, refreshed at most every `max_age_s`."""
 
-    def __init__(self, logdir: str, max_age_s: float = 5.0) -> None:
+    def __init__(self, logdir: str, max_age_s: float = 5.0, follow_symlinks: bool = True) -> None:
         self.logdir = os.path.realpath(logdir) if logdir else ""
         self.max_age_s = max_age_s
+        self.follow_symlinks = follow_symlinks
         self._lock = threading.Lock()
         self._files: dict[tuple[str, str], TraceFile] = {}
         self._walked_at = float("-inf")
@@ -225,6 +289,8 @@ class Catalog:
         self._anomalies: dict[str, str] = {}  # folder -> its drive recorder report (`anomaly.json`)
         self._reports: dict[str, tuple[tuple[int, int], Optional[dict]]] = {}  # path -> (size, mtime), report
         self.truncated = False
+        self.skipped: list[dict] = []  # what the last walk left out, and why (at most MAX_SKIPPED)
+        self.skipped_total = 0
 
     def files(self) -> dict[tuple[str, str], TraceFile]:
         with self._lock:
@@ -245,7 +311,9 @@ class Catalog:
             by_run.setdefault(f.run, []).append(f)
         out = []
         for run, fs in sorted(by_run.items()):
-            entry: dict = {"run": run, "hosts": [f.describe() for f in sorted(fs, key=lambda f: f.host)]}
+            # A capped JAX export after the XSpace it was made from: the first host is the one shown.
+            ordered = sorted(fs, key=lambda f: (bool(f.export_of), f.host))
+            entry: dict = {"run": run, "hosts": [f.describe() for f in ordered]}
             report = self._anomaly_of(os.path.dirname(fs[0].path))
             if report is not None:
                 entry["anomaly"] = report
@@ -278,6 +346,13 @@ class Catalog:
         self._reports[path] = (key, report)
         return report
 
+    def discovery(self) -> dict:
+        """What the last walk left out and why, for an empty tab to explain itself."""
+        self.files()
+        with self._lock:
+            return {"skipped": list(self.skipped), "skipped_total": self.skipped_total,
+                    "truncated": self.truncated, "follow_symlinks": self.follow_symlinks}
+
     def find(self, run: str, host: str) -> Optional[TraceFile]:
         return self.files().get((run, host))
 
@@ -306,23 +381,30 @@ class Catalog:
         event_files: dict[str, list[str]] = {}
         anomalies: dict[str, str] = {}
         sniffed: dict[str, tuple[FileIdentity, bool]] = {}
-        walk = TreeWalk(self.logdir)
+        skipped: list[tuple[str, str]] = []
+        walk = TreeWalk(self.logdir, follow_symlinks=self.follow_symlinks)
         for directory, entry in walk:
             try:
+                split = split_trace_name(entry.name)
+                linked = entry.is_symlink()
+                if linked and (split is not None or "tfevents" in entry.name):
+                    why = self._link_refusal(entry.path)
+                    if why is not None:
+                        skipped.append((entry.path, why))
+                        continue
                 if not entry.is_file():
+                    if split is not None and not entry.is_dir():
+                        skipped.append((entry.path, "not a regular file"))
                     continue
-                if "tfevents" in entry.name and self._inside(entry.path):  # TensorBoard's own rule
+                if "tfevents" in entry.name:  # TensorBoard's own rule
                     event_files.setdefault(directory, []).append(entry.path)
                     continue
-                if entry.name == ANOMALY_REPORT and self._inside(entry.path):
+                if entry.name == ANOMALY_REPORT and (self.follow_symlinks or self._inside(entry.path)):
                     anomalies[directory] = entry.path
                     continue
-                split = split_trace_name(entry.name)
                 if split is None:
                     continue
                 stem, fmt = split
-                if not self._inside(entry.path):
-                    continue  # a symlink out of the logdir
                 st = entry.stat()
                 if fmt == "chrome-json?":  # sniffed once per version of the file, not on every walk
                     version = FileIdentity.from_stat(st)
@@ -333,9 +415,11 @@ class Catalog:
                         is_trace = looks_like_chrome_trace(entry.path, expect=version)
                     sniffed[entry.path] = (version, is_trace)
                     if not is_trace:
+                        skipped.append((entry.path, "not a Chrome trace (no traceEvents near its start)"))
                         continue
                     fmt = "chrome-json"
-            except OSError:
+            except OSError as exc:
+                skipped.append((entry.path, f"cannot be read ({exc.strerror or exc})"))
                 continue
             rel = os.path.relpath(directory, self.logdir)
             found.append((run_name(rel), stem, entry.name, fmt, st, entry.path))
@@ -343,7 +427,19 @@ class Catalog:
         self._sniffed = sniffed
         self._event_files = {d: sorted(paths) for d, paths in event_files.items()}
         self._anomalies = anomalies
+        everything = walk.skipped + skipped
+        self.skipped_total = len(everything)
+        self.skipped = [{"path": display_name(os.path.relpath(p, self.logdir)), "reason": why}
+                        for p, why in everything[:MAX_SKIPPED]]
         return self._name_hosts(found)
+
+    def _link_refusal(self, path: str) -> Optional[str]:
+        """Why a symlinked file is not listed, or None: broken, or (links not followed) out of the logdir."""
+        if not os.path.exists(path):
+            return "a broken link"
+        if not self.follow_symlinks and not self._inside(path):
+            return "a link out of the logdir, not followed (--tb_reduce_follow_symlinks=false)"
+        return None
 
     def _inside(self, path: str) -> bool:
         real = os.path.realpath(path)
@@ -355,12 +451,12 @@ class Catalog:
         named by their whole file name. Then the names are made showable (see the
         module docstring)."""
         found.sort(key=lambda r: (r[0], r[1], FORMAT_RANK[r[3]], r[2]))
-        raw: dict[tuple[str, str], tuple[str, os.stat_result, str]] = {}
+        raw: dict[tuple[str, str], tuple[str, os.stat_result, str, str]] = {}
         for run, stem, name, fmt, st, path in found:
             host = stem if (run, stem) not in raw else name
             if (run, host) in raw:
                 continue
-            raw[(run, host)] = (fmt, st, path)
+            raw[(run, host)] = (fmt, st, path, _export_of(raw.get((run, stem)), stem, name, path))
         runs = _showable({run for run, _ in raw})
         hosts_of: dict[str, set[str]] = {}
         for run, host in raw:
@@ -371,11 +467,21 @@ class Catalog:
             if shown_run is None:
                 continue
             for host, shown_host in _showable(hosts).items():
-                fmt, st, path = raw[(run, host)]
+                fmt, st, path, export_of = raw[(run, host)]
+                shown_of = _showable(hosts).get(export_of, "") if export_of else ""
                 out[(shown_run, shown_host)] = TraceFile(shown_run, shown_host, path, fmt, st.st_size,
                                                          st.st_mtime_ns, st.st_dev, st.st_ino,
-                                                         events_folder(os.path.dirname(path)))
+                                                         events_folder(os.path.dirname(path)), shown_of)
         return out
+
+
+def _export_of(first: Optional[tuple], stem: str, name: str, path: str) -> str:
+    """`stem` when this file is JAX's `<stem>.trace.json(.gz)` beside `<stem>.xplane.pb` in the same
+    folder (`first`: what the run's host `stem` already is), else ''."""
+    if first is None or first[0] != "xspace" or not name.endswith(JAX_EXPORT_SUFFIXES) \
+            or name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
+        return ""
+    return stem if os.path.dirname(first[2]) == os.path.dirname(path) else ""
 
 
 def _showable(names: set[str]) -> dict[str, str]:

@@ -158,6 +158,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             cache_mb=_flag(flags, "tb_reduce_cache_mb", 1024),
             max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096, least=MIN_MB),
             memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048, least=MIN_MB),
+            follow_symlinks=_switch(flags, "tb_reduce_follow_symlinks", True),
         )
         self.frontend = frontend_dir()
         self.shipped = shipped_files(self.frontend)
@@ -302,7 +303,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         return _json(request, self.service.scalars(run, tag))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
-        return _json(request, {"version": __version__, "profile_tab": self.profile_hook.status()})
+        return _json(request, {"version": __version__, "profile_tab": self.profile_hook.status(),
+                               "discovery": self.service.catalog.discovery()})
 
     # ---- the Profile tab (XProf's routes, fronted: see profile_tab/hook.py) ----------
     def _fronted(self, xprof_app: WsgiApp,
@@ -533,6 +535,32 @@ def _flag(flags: Any, name: str, default: float, least: float = 0.0) -> float:
     return number
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    """An argparse type for TensorBoard-style switches (`--flag=false`)."""
+    word = str(text).strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise argparse.ArgumentTypeError(f"must be true or false, not {text!r}")
+
+
+def _switch(flags: Any, name: str, default: bool) -> bool:
+    """A true/false flag; flags set without TensorBoard's parser may hold anything: those
+    fall back to the default, with a warning."""
+    value = getattr(flags, name, None)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    try:
+        return _boolean(value)
+    except argparse.ArgumentTypeError:
+        log.warning("tb_reduce: --%s %r makes no sense; using %s", name, value, str(default).lower())
+        return default
+
+
 def _megabytes(least: float) -> Callable[[str], float]:
     """An argparse type: a finite number of MB, at least `least`; TensorBoard then refuses
     nonsense when it starts, with the flag's name, instead of a plugin failing later."""
@@ -550,9 +578,26 @@ def _megabytes(least: float) -> Callable[[str], float]:
 
 
 def _download_name(host: str, stats: dict) -> str:
+    """`<host>.level<L>.json.gz`, and for a window its span from the trace start, as the
+    dashboard shows time: `<host>.level2.42.1s-46.3s.json.gz`."""
     # ASCII only: HTTP headers are Latin-1, and a host named in another script must not break the response.
     safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "_" for c in host)[:80] or "trace"
-    return f"{safe}.level{stats.get('level')}.json.gz"
+    window, whole = stats.get("window_us"), stats.get("trace_us")
+    span = ""
+    if isinstance(window, list) and isinstance(whole, list) and window != whole and len(window) == len(whole) == 2:
+        try:
+            span = f".{_seconds_name(window[0] - whole[0])}-{_seconds_name(window[1] - whole[0])}"
+        except (TypeError, ValueError, OverflowError):
+            span = ""
+    return f"{safe}.level{stats.get('level')}{span}.json.gz"
+
+
+def _seconds_name(us: float) -> str:
+    """A time from the trace start for a file name: seconds, to the µs, without trailing zeros."""
+    s = us / 1e6
+    if not math.isfinite(s):
+        raise ValueError(s)
+    return f"{s:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 class TraceReduceLoader(base_plugin.TBLoader):
@@ -575,6 +620,11 @@ class TraceReduceLoader(base_plugin.TBLoader):
                            help="Answer the Profile tab's Trace Viewer (XProf) from tb-reduce for the runs it "
                                 "serves, and list there the Chrome-trace runs XProf cannot open: auto (when "
                                 "tensorboard-plugin-profile is installed), on, or off (default auto).")
+        group.add_argument("--tb_reduce_follow_symlinks", metavar="BOOL", type=_boolean, default=True,
+                           help="Follow symbolic links in the logdir, as TensorBoard does (loops guarded; a "
+                                "file swapped after it was listed is still refused). false: list only links "
+                                "that resolve inside the logdir, for logdirs untrusted jobs write into "
+                                "(default true).")
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
         plugin = TraceReducePlugin(context)

@@ -86,8 +86,8 @@ def default_cache_dir() -> str:
 class TraceService:
     def __init__(self, logdir: str, cache_dir: Optional[str] = None, cache_mb: float = 1024,
                  max_input_mb: float = 4096, memory_mb: float = 2048, workers: Optional[int] = None,
-                 max_waiting: int = 32, wait_s: float = 60.0) -> None:
-        self.catalog = Catalog(logdir)
+                 max_waiting: int = 32, wait_s: float = 60.0, follow_symlinks: bool = True) -> None:
+        self.catalog = Catalog(logdir, follow_symlinks=follow_symlinks)
         cache_dir = cache_dir or default_cache_dir()
         self.budget = MemoryBudget(int(memory_mb * MB))
         return_large_blocks()  # what computations free goes back to the system (see budget)

@@ -28,7 +28,9 @@ from plugin_support import (
     get,
     make_plugin,
     require_corpus,
+    torch_trace_gz,
 )
+from plugin_support import flags as plugin_flags
 
 from tb_reduce_plugin import discovery, plugin
 from tb_reduce_plugin.discovery import Catalog
@@ -173,7 +175,14 @@ def test_a_symlink_out_of_the_logdir_is_not_listed(logdir: Path, tmp_path: Path)
     (run / "leak.pt.trace.json").symlink_to(secret)  # a file link out
     (logdir / "linked").symlink_to(outside / "profiles", target_is_directory=True)  # a directory link out
     (run / "up.json").symlink_to(secret)
-    assert Catalog(str(logdir)).files() == {}
+    catalog = Catalog(str(logdir), follow_symlinks=False)
+    assert catalog.files() == {}
+    skipped = {s["path"]: s["reason"] for s in catalog.discovery()["skipped"]}
+    assert skipped == {
+        "linked": "a link to a folder, not followed (--tb_reduce_follow_symlinks=false)",
+        "run/leak.pt.trace.json": "a link out of the logdir, not followed (--tb_reduce_follow_symlinks=false)",
+        "run/up.json": "a link out of the logdir, not followed (--tb_reduce_follow_symlinks=false)",
+    }
 
 
 def test_a_symlink_to_a_trace_inside_the_logdir_is_listed(logdir: Path) -> None:
@@ -412,3 +421,107 @@ def test_every_host_the_runs_route_lists_can_be_opened_through_the_plugin(logdir
         resp = get(c, "stats", run=run, host=host, level=0)
         assert resp.status_code == 200, (run, host, resp.get_data()[:200])
         assert body_json(resp)["input"]["events"] == len(CHROME_DOC["traceEvents"])
+
+
+# ---- symbolic links, followed as TensorBoard follows them (the default) -------------------
+
+
+def test_a_run_folder_and_a_trace_file_linked_in_from_elsewhere_are_listed_under_the_links_names(
+    logdir: Path, tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    add_jax_run(outside / "profiles")
+    torch_trace = add_torch_run(outside / "torch")
+    (logdir / "linked").symlink_to(outside / "profiles", target_is_directory=True)
+    (logdir / "mine").mkdir()
+    (logdir / "mine" / "w.pt.trace.json.gz").symlink_to(torch_trace)
+    found = Catalog(str(logdir)).files()
+    assert set(found) == {(f"linked/{JAX_RUN}", JAX_HOST), (f"linked/{JAX_RUN}", JAX_JSON_HOST), ("mine", "w")}
+    # the listed identity is the target's, so a later swap of the link is refused at open time
+    assert found[("mine", "w")].identity() == FileIdentity.from_stat(torch_trace.stat())
+
+
+def test_symlink_loops_end_and_are_reported_not_walked_again(logdir: Path) -> None:
+    add_torch_run(logdir)
+    (logdir / "self").symlink_to(logdir, target_is_directory=True)
+    (logdir / TORCH_RUN / "up").symlink_to(logdir / TORCH_RUN, target_is_directory=True)
+    (logdir / "above").symlink_to(logdir.parent, target_is_directory=True)  # holds the logdir itself
+    catalog = Catalog(str(logdir))
+    assert set(catalog.files()) == {(TORCH_RUN, TORCH_HOST)}
+    reasons = {s["path"]: s["reason"] for s in catalog.discovery()["skipped"]}
+    assert reasons["self"] == reasons["above"] == reasons[f"{TORCH_RUN}/up"]
+    assert "loop" in reasons["self"] and "walked already" in reasons["self"]
+    assert catalog.discovery()["truncated"] is False
+
+
+def test_a_link_to_a_folder_inside_the_logdir_is_not_listed_twice(logdir: Path) -> None:
+    add_torch_run(logdir)
+    (logdir / "alias").symlink_to(logdir / TORCH_RUN, target_is_directory=True)
+    catalog = Catalog(str(logdir))
+    assert set(catalog.files()) == {(TORCH_RUN, TORCH_HOST)}
+    assert catalog.discovery()["skipped"] == [
+        {"path": "alias", "reason": "a link to a folder inside the logdir, listed under its own name"}]
+
+
+def test_what_the_walk_left_out_is_said_with_the_reason(logdir: Path) -> None:
+    add_torch_run(logdir)
+    (logdir / "broken.pt.trace.json").symlink_to(logdir / "gone.pt.trace.json")
+    (logdir / "config.json").write_text(json.dumps({"lr": 0.1, "layers": [1, 2]}))
+    os.mkfifo(logdir / "pipe.pt.trace.json")
+    reasons = {s["path"]: s["reason"] for s in Catalog(str(logdir)).discovery()["skipped"]}
+    assert reasons == {
+        "broken.pt.trace.json": "a broken link",
+        "config.json": "not a Chrome trace (no traceEvents near its start)",
+        "pipe.pt.trace.json": "not a regular file",
+    }
+
+
+def test_what_is_left_out_is_listed_up_to_a_bound_and_counted_beyond_it(logdir: Path) -> None:
+    for k in range(discovery.MAX_SKIPPED + 20):
+        (logdir / f"b{k}.pt.trace.json").symlink_to(logdir / f"gone{k}")
+    found = Catalog(str(logdir)).discovery()
+    assert len(found["skipped"]) == discovery.MAX_SKIPPED and found["skipped_total"] == discovery.MAX_SKIPPED + 20
+
+
+def test_jaxs_capped_export_is_marked_and_listed_after_its_xspace(logdir: Path) -> None:
+    add_jax_run(logdir)
+    (logdir / "other").mkdir()
+    shutil.copyfile(JAX_SMALL / "vm.trace.json.gz", logdir / "other" / "vm.trace.json.gz")  # no XSpace beside it
+    runs = {r["run"]: r["hosts"] for r in Catalog(str(logdir)).runs()}
+    xspace, export = runs[JAX_RUN]
+    assert xspace["host"] == JAX_HOST and "capped" not in xspace
+    assert export["host"] == JAX_JSON_HOST
+    assert export["capped"]["events"] == 1_000_000 and export["capped"]["of"] == JAX_HOST
+    assert "vm.xplane.pb" in export["capped"]["note"]
+    assert "capped" not in runs["other"][0]
+
+
+def test_a_pytorch_trace_beside_an_xspace_is_not_taken_for_jaxs_export(logdir: Path) -> None:
+    run = add_jax_run(logdir)
+    (run / "vm.pt.trace.json.gz").write_bytes(torch_trace_gz())
+    hosts_of = {h["host"]: h for r in Catalog(str(logdir)).runs() for h in r["hosts"]}
+    assert "capped" not in hosts_of["vm.pt.trace.json.gz"]
+
+
+def test_the_plugin_follows_links_unless_told_not_to_and_its_info_says_what_it_left_out(
+    logdir: Path, tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    path = add_torch_run(outside)
+    (logdir / "r").mkdir()
+    (logdir / "r" / "w.pt.trace.json.gz").symlink_to(path)
+    on = client(make_plugin(logdir, tmp_path / "cache-on"))
+    assert [r["run"] for r in body_json(get(on, "runs"))] == ["r"]
+    assert body_json(get(on, "info"))["discovery"]["follow_symlinks"] is True
+    off = client(make_plugin(logdir, tmp_path / "cache-off", "--tb_reduce_follow_symlinks=false"))
+    assert body_json(get(off, "runs")) == []
+    info = body_json(get(off, "info"))["discovery"]
+    assert info["follow_symlinks"] is False
+    assert info["skipped"] == [{"path": "r/w.pt.trace.json.gz",
+                                "reason": "a link out of the logdir, not followed (--tb_reduce_follow_symlinks=false)"}]
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "2"])
+def test_a_nonsense_follow_symlinks_flag_is_refused_when_tensorboard_starts(tmp_path: Path, value: str) -> None:
+    with pytest.raises(SystemExit):
+        plugin_flags(tmp_path, f"--tb_reduce_follow_symlinks={value}")

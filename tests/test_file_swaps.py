@@ -3,8 +3,10 @@
 refused, never read as whatever it now is — on real files behind TensorBoard's WSGI app.
 
 The listing is kept stale on purpose (`max_age_s` of an hour): a swap inside the
-catalog's cache window is the case that matters, since a fresh walk would not list a
-symlink out of the logdir or a FIFO at all.
+catalog's cache window is the case that matters. The symlink cases run as for a logdir
+untrusted jobs write into (`--tb_reduce_follow_symlinks=false`), where a fresh walk would
+not list a symlink out of the logdir at all; with links followed (the default) the swap
+is a replacement: the listed file is never read as the link, a fresh walk lists the link.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from werkzeug.test import Client, TestResponse
 
 HANG_GUARD_S = 30  # not a speed limit: a request still running after this is stuck for good
 MARKER = "SECRET-OUTSIDE-THE-LOGDIR"
+NO_LINKS = "--tb_reduce_follow_symlinks=false"
 
 
 def doc(name: str, n: int = 3) -> dict[str, Any]:
@@ -78,7 +81,7 @@ def requests(c: Client) -> list[Callable[[], TestResponse]]:
 def test_a_listed_file_swapped_for_a_symlink_out_of_the_logdir_is_404_and_drops_from_the_listing(
     tmp_path: Path,
 ) -> None:
-    path, outside, c, _ = setup(tmp_path)
+    path, outside, c, _ = setup(tmp_path, NO_LINKS)
     path.unlink()
     path.symlink_to(outside)
     resp = get(c, "event", run="r", host="r", i=0)
@@ -88,7 +91,7 @@ def test_a_listed_file_swapped_for_a_symlink_out_of_the_logdir_is_404_and_drops_
 
 
 def test_content_from_outside_the_logdir_is_never_served_after_a_swap(tmp_path: Path) -> None:
-    path, outside, c, _ = setup(tmp_path)
+    path, outside, c, _ = setup(tmp_path, NO_LINKS)
     path.unlink()
     path.symlink_to(outside)
     for request in requests(c):
@@ -100,7 +103,7 @@ def test_content_from_outside_the_logdir_is_never_served_after_a_swap(tmp_path: 
 def test_content_from_outside_is_never_served_when_the_swap_comes_after_indexing(tmp_path: Path) -> None:
     """An index (and its compressed event blocks) of the listed file may still answer,
     with the listed file's events; a later pass over the path must not read the link."""
-    path, outside, c, _ = setup(tmp_path)
+    path, outside, c, _ = setup(tmp_path, NO_LINKS)
     assert get(c, "stats", run="r", host="r", level=2).status_code == 200
     path.unlink()
     path.symlink_to(outside)
@@ -111,6 +114,20 @@ def test_content_from_outside_is_never_served_when_the_swap_comes_after_indexing
         assert resp.status_code in (200, 404, 422)
         if resp.status_code == 200 and '"ph"' in body:  # events (not stats): the listed file's
             assert "inside" in body
+
+
+def test_with_links_followed_a_swap_for_a_symlink_is_a_replacement_listed_and_read_anew(tmp_path: Path) -> None:
+    """Following links (the default) trusts the links the logdir holds, not a listing: the
+    request that meets the swap does not read the link as the listed file; it walks again, and
+    the new listing holds the link, as any file replaced since the walk is (the test below)."""
+    path, outside, c, plugin = setup(tmp_path)
+    listed = plugin.service.catalog.find("r", "r")
+    path.unlink()
+    path.symlink_to(outside)
+    assert MARKER in text(get(c, "event", run="r", host="r", i=0))
+    relisted = plugin.service.catalog.find("r", "r")
+    assert relisted is not None and relisted.identity() != listed.identity()
+    assert (relisted.dev, relisted.ino) == (outside.stat().st_dev, outside.stat().st_ino)
 
 
 def test_a_fifo_swapped_in_for_a_listed_file_is_answered_at_once_with_an_error(tmp_path: Path) -> None:

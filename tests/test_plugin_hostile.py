@@ -50,7 +50,8 @@ CONTROL = ["\x00", "..\x00", "torch\x00", "x" * 5000, "\n", "torch\r\nSet-Cookie
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, TraceReducePlugin]]:
-    """A logdir of real traces with symlinks out of it, and secrets beside it."""
+    """A logdir of real traces with symlinks out of it, and secrets beside it, served as a logdir
+    that untrusted jobs write into is (links out not followed)."""
     root = tmp_path_factory.mktemp("hostile")
     logdir = make_logdir(root)
     outside = root / "outside"
@@ -63,7 +64,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
     (logdir / TORCH_RUN / "leak.pt.trace.json").symlink_to(outside / "secret.pt.trace.json")
     (logdir / TORCH_RUN / "leak2.json").symlink_to(outside / "secret.pt.trace.json")
     (logdir / "linked").symlink_to(outside, target_is_directory=True)
-    plugin = make_plugin(logdir, root / "cache")
+    plugin = make_plugin(logdir, root / "cache", "--tb_reduce_follow_symlinks=false")
     yield root, logdir, plugin
 
 
