@@ -85,7 +85,14 @@ def default_memory_mb() -> float:
 
 
 def _cmd_reduce(args: argparse.Namespace) -> int:
-    if (args.start_us is None) != (args.end_us is None):
+    relative = args.start is not None or args.end is not None
+    if relative and (args.start_us is not None or args.end_us is not None):
+        raise TraceError("give --start/--end (from the trace start) or --start-us/--end-us (trace clock), not both")
+    if relative:
+        if (args.start is None) != (args.end is None):
+            raise TraceError("give both --start and --end, or neither")
+        args.start_us, args.end_us = args.start, args.end
+    elif (args.start_us is None) != (args.end_us is None):
         raise TraceError("give both --start-us and --end-us, or neither")
     level = parse_level(args.level)
     check_window(args.start_us, args.end_us)
@@ -100,7 +107,7 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         try:
             stats = reduce_file(args.input, args.output, level, args.start_us, args.end_us,
                                 max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024), progress=bar,
-                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024))
+                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), from_start=relative)
         finally:
             bar.close()
         if stats_out is not None:
@@ -115,6 +122,13 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
     finally:
         if stats_out is not None and not stats_written:
             stats_out[1](False)
+    window = stats.get("window")
+    if window is not None and window["events"] == 0:
+        a, b = window["from_start_us"]
+        first, last = window["trace_us"]
+        print(f"tb-reduce: warning: the window {_span(a)}–{_span(b)} from the trace start holds no event "
+              f"(the trace spans 0 s–{_span(last - first)}; trace clock {first:.3f}–{last:.3f} µs)",
+              file=sys.stderr)
     i, o = stats["input"], stats["output"]
     ev_pct = 100.0 * o["events"] / max(i["events"], 1)
     by_pct = 100.0 * o["json_bytes"] / max(i["json_bytes"], 1)
@@ -127,6 +141,32 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         + (" [input truncated: read up to its last complete event]" if i.get("truncated") else "")
     )
     return 0
+
+
+def _span(us: float) -> str:
+    """A time from the trace start, as the dashboard writes it (s, ms or µs)."""
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.6g} s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.6g} ms"
+    return f"{us:.6g} µs"
+
+
+# A time from the trace start: a number and its unit (`42s`, `42000ms`, `42000000us`, `42000000µs`).
+_TIME_FROM_START = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us|µs)\s*$", re.I)
+_UNIT_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "µs": 1.0}
+
+
+def _from_start(text: str) -> float:
+    """`--start`/`--end`: a time from the trace start, in µs; the unit is required (a bare
+    number could be any of them)."""
+    m = _TIME_FROM_START.match(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a time from the trace start: {text!r} (e.g. 42s, 42000ms, 42000000us)")
+    value = float(m.group(1)) * _UNIT_US[m.group(2).lower()]
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite time, not {text!r}")
+    return value
 
 
 def _cmd_waveforms(args: argparse.Namespace) -> int:
@@ -305,12 +345,18 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tb-reduce", description="Reduce profiler traces that are too big to open.")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("reduce", help="write a reduced trace", description="Write a reduced Chrome trace (.json.gz or .json).")
-    r.add_argument("input", help="a Chrome trace JSON file (plain or gzip)")
+    r = sub.add_parser("reduce", help="write a reduced trace",
+                       description="Write a reduced Chrome trace (.json.gz or .json) of any trace tb-reduce reads: "
+                                   "Chrome trace JSON, PyTorch, JAX/TensorFlow or XSpace.")
+    r.add_argument("input", help="a trace: Chrome trace JSON (plain or gzip), a PyTorch trace (*.pt.trace.json[.gz]), "
+                                 "a JAX/TensorFlow trace (*.trace.json.gz), or an XProf/JAX XSpace (*.xplane.pb)")
     r.add_argument("-o", "--output", required=True, type=_file_name, help="output path; gzip when it ends in .gz")
     r.add_argument("--level", default="2", help="0 (lossless) to 4 (coarsest), or auto (default 2)")
-    r.add_argument("--start-us", type=float, default=None, help="window start, µs (trace clock)")
-    r.add_argument("--end-us", type=float, default=None, help="window end, µs (trace clock)")
+    r.add_argument("--start", type=_from_start, default=None, metavar="TIME",
+                   help="window start from the trace start, as the dashboard shows it: 42s, 42000ms or 42000000us")
+    r.add_argument("--end", type=_from_start, default=None, metavar="TIME", help="window end from the trace start")
+    r.add_argument("--start-us", type=float, default=None, help="window start, µs in the trace's own clock")
+    r.add_argument("--end-us", type=float, default=None, help="window end, µs in the trace's own clock")
     r.add_argument("--stats-json", default=None, type=_file_name, help="also write the statistics as JSON here")
     _add_limits(r)
     r.set_defaults(func=_cmd_reduce)

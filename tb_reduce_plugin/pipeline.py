@@ -20,7 +20,7 @@ from .budget import Account, MemoryBudget, Unlimited, release_free_memory
 from .chrome_json import ChromeJsonEvents, ChromeJsonReader, block_size_for
 from .errors import TraceError
 from .model import EventTable, TableBuilder, decode_events, valid_utf8
-from .reduction import LEVELS, Plan, check_window, plan, prepared_bytes
+from .reduction import LEVELS, Plan, check_window, default_window, events_in_window, plan, prepared_bytes
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from .waveforms.steps import StepSeries, derive
 from .writer import EventSource, Sink, atomic_output, write_trace
@@ -228,6 +228,7 @@ def tb_reduce_object(index: TraceIndex, p: Plan, auto: bool) -> dict[str, Any]:
         "resolution": p.resolution,
         "bucket_us": p.bucket_us,
         "window_us": [p.t0, p.t1],
+        "trace_us": list(default_window(index.table)),  # the whole trace: where "time from the start" counts from
         "input": {"format": index.format, "events": index.events, "bytes": index.file_bytes},
         "output": {"events": p.events, "summaries": len(p.summaries)},
     }
@@ -329,8 +330,14 @@ def reduce_file(
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     progress: Optional[Progress] = None,
     max_memory_bytes: Optional[int] = None,
+    from_start: bool = False,
 ) -> dict[str, Any]:
     """Reduce `src` into `dst` atomically (gzip when `dst` ends in .gz).
+
+    `from_start`: the window is in µs from the trace's first timestamp (as the dashboard
+    shows time), not in the trace's own clock. With a window, the stats carry `window`:
+    its bounds in both clocks and how many events it shows (`events_in_window`), so a
+    caller can say when it holds none.
 
     `max_memory_bytes`: the memory this reduction promises not to exceed (parsing,
     planning, writing); a trace that needs more fails with `OverBudget` as soon as
@@ -361,6 +368,9 @@ def reduce_file(
         reading = budget.account(f"reading {os.path.basename(src)}")
         index = index_file(src, max_inflated_bytes, phase(0), account=reading)
         index.account = reading
+        origin = default_window(index.table)[0]
+        if from_start and start_us is not None and end_us is not None:
+            start_us, end_us = origin + start_us, origin + end_us
         try:
             with budget.account(f"reducing {os.path.basename(src)}") as reducing:
                 stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size),
@@ -374,6 +384,11 @@ def reduce_file(
         file_bytes = finish(ok)
     stats["output"]["file_bytes"] = file_bytes
     stats["timings_s"]["total"] = time.perf_counter() - began
+    if start_us is not None and end_us is not None:
+        first, last = default_window(index.table)
+        stats["window"] = {"start_us": start_us, "end_us": end_us, "origin_us": origin,
+                           "from_start_us": [start_us - origin, end_us - origin],
+                           "trace_us": [first, last], "events": events_in_window(index.table, start_us, end_us)}
     return stats
 
 

@@ -108,6 +108,15 @@ def default_window(t: EventTable) -> tuple[float, float]:
     return cached
 
 
+def events_in_window(t: EventTable, t0: float, t1: float) -> int:
+    """How many timed events a window shows: those whose time falls in it, and the slices
+    that began before it and are still open in it (as a plan keeps them)."""
+    timed = ~np.isnan(t.ts) & (t.ph != PH_M)
+    inside = int(np.count_nonzero(timed & (t.ts >= t0) & (t.ts <= t1)))
+    sl = slices_of(t)
+    return inside + int(np.count_nonzero((sl.start < t0) & (sl.end >= t0)))
+
+
 def _default_window(t: EventTable) -> tuple[float, float]:
     ok = ~np.isnan(t.ts) & (t.ph != PH_M)
     if not ok.any():

@@ -432,3 +432,58 @@ def test_an_xspace_bomb_exits_2_with_one_line_within_the_memory_limit(tmp_path: 
     build(bomb)
     code, err = cli(capsys, "reduce", str(bomb), "-o", str(tmp_path / "o.json.gz"), "--max-memory-mb", "64")
     assert code == 2 and says in err
+
+
+# ---- a window in time from the trace start, as the dashboard shows it -----------------------
+
+STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("start, end", [("0.2s", "0.3s"), ("200ms", "300ms"), ("200000us", "300000µs"),
+                                        ("2e-1s", "300 ms")])
+def test_start_and_end_take_a_time_from_the_trace_start_in_any_unit(tmp_path: Path, start: str, end: str) -> None:
+    events = json.loads(gzip.decompress(STALLED.read_bytes()))["traceEvents"]
+    first = min(e["ts"] for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float)))
+    out = tmp_path / "w.json"
+    r = run("reduce", str(STALLED), "-o", str(out), "--start", start, "--end", end)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["tb_reduce"]["window_us"] == [first + 200_000.0, first + 300_000.0]
+    assert doc["tb_reduce"]["trace_us"][0] == first
+
+
+def test_a_window_that_holds_no_event_is_written_with_a_warning(tmp_path: Path) -> None:
+    out = tmp_path / "w.json"
+    r = run("reduce", str(STALLED), "-o", str(out), "--start", "100s", "--end", "101s")
+    assert r.returncode == 0
+    assert r.stderr.startswith("tb-reduce: warning: the window 100 s–101 s from the trace start holds no event")
+    assert "the trace spans 0 s–" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert json.loads(out.read_text())["tb_reduce"]["output"]["summaries"] == 0
+
+
+def test_a_window_in_the_trace_clock_that_holds_no_event_is_warned_about_too(tmp_path: Path) -> None:
+    r = run("reduce", str(STALLED), "-o", str(tmp_path / "w.json"), "--start-us", "1", "--end-us", "2")
+    assert r.returncode == 0 and "holds no event" in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--start", "42", "--end", "43s"], "not a time from the trace start: '42'"),
+    (["--start", "1h", "--end", "2s"], "not a time from the trace start"),
+    (["--start", "-1s", "--end", "2s"], "argument --start"),  # no time before the trace start
+    (["--start", "1s"], "give both --start and --end"),
+    (["--start", "1s", "--end", "2s", "--start-us", "1", "--end-us", "2"], "not both"),
+    (["--start", "2s", "--end", "1s"], "below"),
+])
+def test_bad_relative_windows_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, args: list,
+                                           needle: str) -> None:
+    code = main(["reduce", str(STALLED), "-o", str(tmp_path / "w.json"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "w.json").exists()
+
+
+def test_reduce_help_names_every_input_format(capsys: pytest.CaptureFixture) -> None:
+    assert main(["reduce", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for fmt in ("Chrome trace JSON", "*.pt.trace.json[.gz]", "*.trace.json.gz", "*.xplane.pb", "--start TIME"):
+        assert fmt in out
