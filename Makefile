@@ -6,9 +6,14 @@ PORT ?= 6006
 
 .PHONY: venv test lint demo bench clean
 
-$(VENV)/.installed: setup.py
+# The demo needs the package alone; the tests add their extras (jax, torch, playwright, XProf).
+$(VENV)/.installed-demo: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-demo
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
@@ -22,7 +27,7 @@ test: venv lint
 
 # TensorBoard on the bundled real profiles (a JAX XSpace run, a PyTorch
 # trace-handler run, a plain Chrome JSON run): open the Trace Reduce tab.
-demo: venv
+demo: $(VENV)/.installed-demo
 	@echo "Open http://127.0.0.1:$(PORT)/#tb_reduce (Ctrl+C to stop)"
 	$(VENV)/bin/tensorboard --logdir demo_logdir --host 127.0.0.1 --port $(PORT) --load_fast=false
 
