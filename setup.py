@@ -22,6 +22,7 @@ setup(
         "tensorboard>=2.21",
         "google-crc32c>=1.5",  # the event-file reader checks every record's CRC32C in C
         "werkzeug>=2.0",
+        "google-re2>=1.1",  # search patterns in linear time: no regex can hang the server
     ],
     extras_require={
         # jax records the real >1 M-event profile the XSpace tests compare against.

@@ -78,3 +78,13 @@ def display_name(name: str) -> str:
             code -= 0xDC00
         out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
     return "".join(out)
+
+
+class BadQuery(ValueError):
+    """A search or range query that cannot be answered as asked (an empty or overlong
+    query, control characters, a regular expression RE2 refuses, a limit out of range):
+    the asker's mistake, not the trace's, so surfaces answer it apart from `TraceError`
+    (400 in the plugin, not 422). `str(err)` is one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))

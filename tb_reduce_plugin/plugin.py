@@ -7,6 +7,10 @@ Routes, under `/data/plugin/tb_reduce/`:
   kept events' args, which the dashboard fetches per event from `event`)
 - `stats?run=&host=&level=&start_us=&end_us=` — the `tb_reduce` object, sizes, timings
 - `event?run=&host=&i=` — one input event with its full args
+- `search?run=&host=&q=&re=&icase=&start_us=&end_us=&limit=&offset=` — events by name over
+  the whole trace (folded ones too), in time order, a page at a time
+- `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
+  self and longest time of a range, from every original slice
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
 - `waveforms?run=&host=` — the per-step series derived from the trace (step time and
   busy time per category; `steps` empty with a `reason` when it has no step markers)
@@ -55,7 +59,7 @@ from werkzeug import wrappers
 from . import __version__
 from .budget import BudgetBusy, OverBudget
 from .cache import Body
-from .errors import FileChanged, InflationLimit, InputTooLarge, TraceError
+from .errors import BadQuery, FileChanged, InflationLimit, InputTooLarge, TraceError
 from .gate import ServerBusy
 from .pipeline import check_window, parse_level
 from .profile_tab import asks
@@ -144,6 +148,37 @@ def view_params(request: wrappers.Request) -> tuple[str, str, Any, Optional[floa
     return run, host, level, start, end
 
 
+def _range_params(request: wrappers.Request) -> tuple[Optional[float], Optional[float]]:
+    """`start_us`/`end_us` of `search` and `aggregate`: both or neither, in the trace's own
+    clock (as `trace` takes them); None, None: the whole trace."""
+    start, end = _float_param(request, "start_us"), _float_param(request, "end_us")
+    if (start is None) != (end is None):
+        raise RequestError(400, "give both start_us and end_us, or neither")
+    try:
+        check_window(start, end)
+    except TraceError as exc:
+        raise RequestError(400, str(exc)) from None
+    return start, end
+
+
+def _bit_param(request: wrappers.Request, name: str) -> bool:
+    """A 0/1 switch (absent: 0)."""
+    raw = request.args.get(name, "0") or "0"
+    if raw not in ("0", "1"):
+        raise RequestError(400, f"parameter {name!r} must be 0 or 1, not {raw[:40]!r}")
+    return raw == "1"
+
+
+def _count_param(request: wrappers.Request, name: str) -> Optional[int]:
+    """A whole number as written in ASCII digits (absent: None); its range is the service's to check."""
+    raw = _text_param(request, name, required=False)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        raise RequestError(400, f"parameter {name!r} must be a whole number, not {raw[:40]!r}")
+    return int(raw)
+
+
 class TraceReducePlugin(base_plugin.TBPlugin):
     """Serves the traces of a logdir reduced on the fly (see the module docstring)."""
 
@@ -193,6 +228,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/waveforms": self._waveforms,
             "/tags": self._tags,
             "/scalars": self._scalars,
+            "/search": self._search,
+            "/aggregate": self._aggregate,
             "/info": self._info,
             "/index.js": self._index_js,
             "/static/*": self._static,
@@ -214,6 +251,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         """The one place a domain error becomes a status (and never a traceback)."""
         if isinstance(exc, RequestError):
             return _error(request, exc.status, exc.message)
+        if isinstance(exc, BadQuery):
+            return _error(request, 400, str(exc))
         if isinstance(exc, asks.BadAsk):
             return _error(request, 400, str(exc))
         if isinstance(exc, (NotFound, FileChanged)):
@@ -301,6 +340,26 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         tag = _text_param(request, "tag")
         assert run is not None and tag is not None
         return _json(request, self.service.scalars(run, tag))
+
+    def _search(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        host = _text_param(request, "host")
+        q = _text_param(request, "q")
+        assert run is not None and host is not None and q is not None
+        start, end = _range_params(request)
+        page = {k: v for k in ("limit", "offset") if (v := _count_param(request, k)) is not None}
+        return _json(request, self.service.search(run, host, q, _bit_param(request, "re"), _bit_param(request, "icase"),
+                                                  start, end, **page))
+
+    def _aggregate(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        host = _text_param(request, "host")
+        assert run is not None and host is not None
+        start, end = _range_params(request)
+        limit = _count_param(request, "limit")
+        return _json(request, self.service.aggregate(run, host, start, end, _text_param(request, "pid", required=False),
+                                                     _text_param(request, "tid", required=False),
+                                                     **({} if limit is None else {"limit": limit})))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
         return _json(request, {"version": __version__, "profile_tab": self.profile_hook.status(),

@@ -42,6 +42,8 @@ from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, TraceError
 from .gate import ComputeGate, default_workers
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from .query import aggregate as query_aggregate
+from .query import search as query_search
 from .waveforms.categories import CATEGORIES
 from .waveforms.scalars import POINT_BYTES, RunScalars
 
@@ -448,6 +450,50 @@ class TraceService:
             return event_json(idx, i)
         except TraceError as exc:
             raise _named(exc, tf, "cannot read an event of") from None
+
+    # ---- questions over the whole index (query/): every event, folded ones too ----------
+    def search(self, run: str, host: str, q: str, regex: bool = False, icase: bool = False,
+               start_us: Optional[float] = None, end_us: Optional[float] = None,
+               limit: int = query_search.DEFAULT_LIMIT, offset: int = 0) -> dict:
+        """Events whose name matches `q`, in time order, one page (`query.search`). A bad
+        query (`BadQuery`) is refused before any file is read."""
+        wanted = query_search.compile_query(q, regex, icase)
+        query_search.check_range(start_us, end_us)
+        query_search.check_page(limit, offset)
+        out = self._query(run, host, "searching", query_search.working_bytes,
+                          lambda idx: query_search.search(idx.table, wanted, start_us, end_us, limit, offset))
+        return {"run": run, "host": host, **out}
+
+    def aggregate(self, run: str, host: str, start_us: Optional[float] = None, end_us: Optional[float] = None,
+                  pid: Optional[str] = None, tid: Optional[str] = None,
+                  limit: int = query_aggregate.DEFAULT_LIMIT) -> dict:
+        """Exact per-name statistics of a time range (`query.aggregate`)."""
+        query_aggregate.check_aggregate(start_us, end_us, pid, tid, limit)
+        out = self._query(run, host, "summing", query_aggregate.working_bytes,
+                          lambda idx: query_aggregate.aggregate(idx.table, start_us, end_us, pid, tid, limit))
+        return {"run": run, "host": host, **out}
+
+    def _query(self, run: str, host: str, what: str, working_bytes: Callable[[Any], int],
+               fn: Callable[[TraceIndex], dict]) -> dict:
+        """`fn` on the index of (run, host), its working memory (`working_bytes` of the
+        table) charged first; the state it prepares on the index (slice parents, the time
+        order of searchable events) is then counted with the index."""
+        def charged(tf: TraceFile) -> Callable[[TraceIndex], dict]:
+            def run_on(idx: TraceIndex) -> dict:
+                with self.budget.account(f"{what} {_name(tf)}") as account:
+                    account.charge(working_bytes(idx.table), f"{what} the events of {_name(tf)}")
+                    try:
+                        return fn(idx)
+                    finally:
+                        self._settle_index(idx)
+            return run_on
+
+        tf = self.trace_file(run, host)
+        try:
+            return self.on_index(tf, charged(tf))
+        except FileChanged as exc:
+            tf = self._fresh(run, host, tf, exc)
+            return self.on_index(tf, charged(tf))
 
 
 def _let_go(exc: BaseException) -> None:

@@ -1,0 +1,269 @@
+"""Search event names over the whole trace: every slice and instant, folded or not.
+
+A reduced view holds a few percent of a big trace's events; the index holds them all,
+so a search answers from the index and finds what a view folded into summaries.
+
+Cost is bounded by what is distinct, not by the events: the query is matched once
+against each distinct (interned) name, and events are then selected with a boolean
+look-up table indexed by the name column — one gather over the searchable events,
+which are kept sorted by time once per table, so hits come out in time order without
+a sort per request. Regular expressions and case-insensitive queries run on RE2
+(linear time: no pattern can make a name take exponential time, `(a+)+$` included),
+and matching stops at `MATCH_SECONDS` however many distinct names a hostile trace has
+(the answer then says it is incomplete).
+
+What is searched, and the exact rules: docs/SEMANTICS.md, "Search and range statistics".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import re2
+
+from ..errors import BadQuery, TraceError
+from ..model import INSTANT_PHASES, EventTable
+from ..reduction import check_window, prepared_bytes, slices_of
+from ..slices import SliceTable
+
+MAX_QUERY_CHARS = 1000
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 10_000
+MATCH_SECONDS = 2.0  # matching distinct names stops here (a hostile trace's millions of names)
+RE2_MAX_MEM = 8 << 20  # RE2's own default: a pattern that needs more is refused at compile time
+_CHUNK = 8192  # names matched between looks at the clock
+# Working memory per event of the trace, charged to the memory budget before a search
+# runs. Measured with tracemalloc on a 2 M-event Kineto-style trace (bench/bench_query.py):
+# a warm search peaks at 4 B, the first (building the time order) at 38 B, and building
+# the slices, when no view has yet, at 60 B.
+WARM_BYTES_PER_EVENT = 16
+FIRST_BYTES_PER_EVENT = 48
+SLICES_BYTES_PER_EVENT = 72
+
+
+@dataclass(frozen=True)
+class NameQuery:
+    """A validated query: `matches(names)` says which of a list of names it finds."""
+
+    text: str
+    regex: bool
+    icase: bool
+    _hit_text: Optional[Callable[[str], bool]]  # plain case-sensitive substring: on str, no encoding
+    _hit_bytes: Optional[Callable[[bytes], bool]]  # RE2: on UTF-8
+
+    def matches(self, names: list, seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
+        """A boolean per name (by id), and how many names were looked at before the
+        clock ran out (`MATCH_SECONDS`; all of them, normally). Names are matched as
+        text (`name_text`)."""
+        n = len(names)
+        found = np.zeros(n, dtype=bool)
+        deadline = time.monotonic() + (MATCH_SECONDS if seconds is None else seconds)
+        done = 0
+        while done < n:
+            texts = [name_text(v) for v in names[done:done + _CHUNK]]
+            if self._hit_text is not None:
+                hit = self._hit_text
+                found[done:done + len(texts)] = np.fromiter(map(hit, texts), dtype=bool, count=len(texts))
+            else:
+                hit_b = self._hit_bytes
+                assert hit_b is not None
+                encoded = [s.encode("utf-8", "replace") for s in texts]
+                found[done:done + len(texts)] = np.fromiter(map(hit_b, encoded), dtype=bool, count=len(texts))
+            done += len(texts)
+            if done < n and time.monotonic() > deadline:
+                break
+        return found, done
+
+
+def name_text(value: Any) -> str:
+    """An event name as searched and reported: a string as it is, a missing name as "",
+    anything else (a number, which Chrome JSON allows) as its JSON text."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _refused_character(q: str) -> Optional[str]:
+    for c in q:
+        if unicodedata.category(c) in ("Cc", "Cs"):  # C0, DEL, C1 controls; lone surrogates
+            return f"U+{ord(c):04X}"
+    return None
+
+
+def compile_query(q: Any, regex: bool = False, icase: bool = False) -> NameQuery:
+    """Validate and compile a name query; `BadQuery` says what is wrong with it.
+
+    Plain case-sensitive queries are substring tests in C on the names as they are; a
+    regex or a case-insensitive query is compiled by RE2 (a plain one as a literal), so
+    the two are matched by one engine with one notion of case (Unicode simple folding).
+    """
+    if not isinstance(q, str) or not q:
+        raise BadQuery("the query is empty: give q, 1 to 1000 characters")
+    if len(q) > MAX_QUERY_CHARS:
+        raise BadQuery(f"the query is {len(q):,} characters long; at most {MAX_QUERY_CHARS:,} are taken")
+    bad = _refused_character(q)
+    if bad is not None:
+        raise BadQuery(f"the query holds a control character ({bad}); names are searched as text")
+    if not regex and not icase:
+        return NameQuery(q, False, False, lambda name: q in name, None)
+    options = re2.Options()
+    options.case_sensitive = not icase
+    options.literal = not regex
+    options.never_capture = True  # only whether a name matches is asked: no groups to track
+    options.log_errors = False  # a user's bad pattern is answered, not logged to stderr
+    options.max_mem = RE2_MAX_MEM
+    try:
+        compiled = re2.compile(q, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise BadQuery(f"not a regular expression RE2 takes: {reason} (RE2 syntax: no backreferences "
+                       f"or look-around)") from None
+    return NameQuery(q, regex, icase, None, _re2_hit(compiled))
+
+
+def _re2_hit(compiled: Any) -> Callable[[bytes], bool]:
+    """A fast yes/no search: RE2's own `Match` on bytes (no match object built), where
+    this version of the binding exposes it; else its public `search`."""
+    raw = getattr(compiled, "_regexp", None)
+    anchor = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
+    if raw is not None and anchor is not None and hasattr(raw, "Match"):
+        match = raw.Match
+
+        def hit(b: bytes) -> bool:
+            return match(anchor, b, 0, len(b))[0][0] >= 0
+
+        return hit
+    return lambda b: compiled.search(b) is not None
+
+
+@dataclass
+class _Searchable:
+    """The events a search looks at, in time order (ts, then input index): their input
+    index, and their row in the slice table (-1 for an instant)."""
+
+    event: np.ndarray
+    row: np.ndarray
+
+
+def searchable_of(t: EventTable) -> _Searchable:
+    """Slices (X, and the B of each matched B/E pair) and instants (i, I, R) with a time,
+    sorted by (ts, input index): computed once per table, kept on its slice table (whose
+    memory the index counts as planning state)."""
+    sl = slices_of(t)
+    cached = getattr(sl, "_searchable", None)
+    if cached is None:
+        cached = _build_searchable(t, sl)
+        object.__setattr__(sl, "_searchable", cached)
+    return cached
+
+
+def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
+    inst = np.flatnonzero(np.isin(t.ph, INSTANT_PHASES) & ~np.isnan(t.ts))
+    event = np.concatenate((sl.event.astype(np.int64), inst))
+    ts = np.concatenate((sl.start, t.ts[inst]))
+    order = np.lexsort((event, ts))
+    index_type = np.int32 if len(t) < 2**31 else np.int64
+    row = np.concatenate((np.arange(len(sl), dtype=np.int64), np.full(len(inst), -1, dtype=np.int64)))
+    return _Searchable(event=event[order].astype(index_type), row=row[order].astype(index_type))
+
+
+def working_bytes(t: EventTable) -> int:
+    """What a search of `t` may hold at its peak, counting the state it would prepare first."""
+    need = WARM_BYTES_PER_EVENT
+    if not prepared_bytes(t):  # no slices yet
+        need += SLICES_BYTES_PER_EVENT + FIRST_BYTES_PER_EVENT
+    elif getattr(slices_of(t), "_searchable", None) is None:
+        need += FIRST_BYTES_PER_EVENT
+    return need * len(t)
+
+
+def check_page(limit: int, offset: int, max_limit: int = MAX_LIMIT) -> None:
+    if not 1 <= limit <= max_limit:
+        raise BadQuery(f"limit must be 1 to {max_limit:,}, not {limit}")
+    if offset < 0:
+        raise BadQuery(f"offset must be 0 or more, not {offset}")
+
+
+def check_range(start_us: Optional[float], end_us: Optional[float]) -> Optional[tuple[float, float]]:
+    """The window as (start, end), or None for the whole trace; `BadQuery` if half given or invalid."""
+    if start_us is None and end_us is None:
+        return None
+    if start_us is None or end_us is None:
+        raise BadQuery("give both start_us and end_us, or neither")
+    try:
+        check_window(start_us, end_us)
+    except TraceError as exc:
+        raise BadQuery(str(exc)) from None
+    return float(start_us), float(end_us)
+
+
+def search(t: EventTable, query: NameQuery, start_us: Optional[float] = None, end_us: Optional[float] = None,
+           limit: int = DEFAULT_LIMIT, offset: int = 0) -> dict:
+    """The events whose name matches `query`, in time order, one page of them.
+
+    A slice is in the window when it overlaps it (ts <= end_us and its end >= start_us),
+    an instant when its ts is in it. `total` counts every hit; `hits` is the page
+    [offset, offset + limit). `names` counts the distinct names among all hits.
+    """
+    window = check_range(start_us, end_us)
+    check_page(limit, offset)
+    matched, scanned = query.matches(t.names)
+    state = searchable_of(t)
+    sl = slices_of(t)
+    pos = np.flatnonzero(matched[t.name[state.event]]) if matched.any() else np.zeros(0, dtype=np.int64)
+    if window is not None and len(pos):
+        ev, row = state.event[pos], state.row[pos]
+        ts = t.ts[ev]
+        end = np.where(row >= 0, sl.end[np.maximum(row, 0)], ts)
+        pos = pos[(ts <= window[1]) & (end >= window[0])]
+    total = len(pos)
+    hit_names = t.name[state.event[pos]]
+    distinct = int(np.count_nonzero(np.bincount(hit_names, minlength=len(t.names)))) if total else 0
+    page = pos[offset:offset + limit]
+    return {
+        "q": query.text,
+        "regex": query.regex,
+        "icase": query.icase,
+        "window": list(window) if window is not None else None,
+        "total": total,
+        "names": distinct,
+        "offset": offset,
+        "limit": limit,
+        "complete": scanned == len(t.names),
+        "names_scanned": scanned,
+        "names_total": len(t.names),
+        "hits": _hits(t, sl, state.event[page], state.row[page]),
+    }
+
+
+def _hits(t: EventTable, sl: SliceTable, events: np.ndarray, rows: np.ndarray) -> list[dict]:
+    """One dict per hit (a page: at most `MAX_LIMIT`), values as JSON takes them."""
+    out = []
+    dur = np.where(rows >= 0, sl.dur[np.maximum(rows, 0)], np.nan)
+    for i, d in zip(events.tolist(), dur.tolist()):
+        track = int(t.track[i])
+        pid, tid = t.tracks[track]
+        out.append({
+            "i": i,
+            "name": name_text(t.names[t.name[i]]),
+            "ph": chr(int(t.ph[i])),
+            "ts": float(t.ts[i]),
+            "dur": None if d != d else d,
+            "pid": pid,
+            "tid": tid,
+            "process": t.process_names.get(pid),
+            "thread": t.thread_names.get(track),
+        })
+    return out
