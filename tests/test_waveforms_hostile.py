@@ -64,8 +64,9 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def server(logdir: Path, tmp_path: Path) -> Iterator[TensorBoard]:
+    # a logdir untrusted jobs write into: links out of it are not followed
     tb = start_tensorboard(logdir, tmp_path / "cache", "--load_fast=false", "--tb_reduce_memory_mb", str(BUDGET_MB),
-                           cgroup_mb=4096)
+                           "--tb_reduce_follow_symlinks=false", cgroup_mb=4096)
     yield tb
     tb.stop()
 

@@ -161,14 +161,25 @@ def test_a_damaged_record_is_skipped_and_reported_and_the_rest_is_read(logdir: P
     assert body_json(get(c, "tags", run=TORCH_RUN))["gaps"] == [gap]
 
 
-def test_an_event_file_linked_from_outside_the_logdir_is_not_read(logdir: Path, tmp_path: Path) -> None:
+def test_an_event_file_linked_from_outside_the_logdir_is_not_read_when_links_are_not_followed(
+    logdir: Path, tmp_path: Path,
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     secret = _write_events(outside, [(0, 42.0)], tag="secret")
     os.symlink(secret, logdir / TORCH_RUN / "events.out.tfevents.0.linked")
-    c = client(make_plugin(logdir, tmp_path / "cache"))
+    c = client(make_plugin(logdir, tmp_path / "cache", "--tb_reduce_follow_symlinks=false"))
     assert body_json(get(c, "tags", run=TORCH_RUN))["scalars"] == []
     assert_json_error(get(c, "scalars", run=TORCH_RUN, tag="secret"), 404)
+
+
+def test_an_event_file_linked_into_a_run_is_read_as_tensorboard_reads_it(logdir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    linked = _write_events(outside, [(0, 42.0)], tag="linked")
+    os.symlink(linked, logdir / TORCH_RUN / "events.out.tfevents.0.linked")
+    c = client(make_plugin(logdir, tmp_path / "cache"))
+    assert body_json(get(c, "tags", run=TORCH_RUN))["scalars"] == [{"tag": "linked", "points": 1}]
 
 
 @pytest.mark.parametrize("params, status", [
