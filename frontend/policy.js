@@ -5,7 +5,8 @@
 // request. A new request is due when the view leaves the data's window, or when
 // the user has zoomed in far enough that the data's resolution no longer fills
 // the screen with detail (XProf refetches after an 8× zoom; coarse levels
-// sooner, when one of their buckets grows wider than ~2 px).
+// sooner, when one of their buckets grows wider than ~2 px and a new fetch would
+// bring buckets at least 2× finer).
 
 export const PREFETCH_FACTOR = 3;
 export const ZOOM_REFETCH = 8;
@@ -20,14 +21,19 @@ export function needsFetch(view, data, plotWidth) {
   const [v0, v1] = view;
   const [d0, d1] = data.window;
   const span = v1 - v0;
-  const slack = 1e-6 * Math.max(Math.abs(d0), Math.abs(d1), 1) + 1e-9; // float noise at epoch-µs times
+  // float noise at epoch-µs times (a double holds ~16 digits) and the 1 ns rounding of URLs; not more:
+  // a relative 1e-6 would be 5 s at PyTorch's 5e12 µs clock, so panning out of the data never refetched
+  const slack = 1e-15 * Math.max(Math.abs(d0), Math.abs(d1), 1) + 2e-3;
   const inside = data.full ? v1 >= d0 && v0 <= d1 : v0 >= d0 - slack && v1 <= d1 + slack;
   if (!inside) return true;
   if (data.level === 0) return false; // lossless: nothing finer to get
   const zoom = (d1 - d0) / span;
   if (zoom >= ZOOM_REFETCH) return true;
   const pxUs = span / Math.max(1, plotWidth);
-  return data.bucketUs > 2 * pxUs && zoom >= 2;
+  // A fetch covers PREFETCH_FACTOR × the view, so its buckets are only finer than the data's
+  // once the view is that many times narrower than the data: asking sooner brings the same
+  // buckets back, and at level 4 (a bucket ≈ 3.3 px of a fetched window) would ask forever.
+  return data.bucketUs > 2 * pxUs && zoom >= 2 * PREFETCH_FACTOR;
 }
 
 /**
