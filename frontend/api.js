@@ -147,3 +147,31 @@ export function fetchScalars(run, tag, signal) {
 export function fetchWaveforms(run, host, signal) {
   return getJson('waveforms', {run, host}, signal);
 }
+
+// ---- search and range statistics (issue 13) -----------------------------------
+
+/**
+ * `search?run=&host=&q=`: the input events whose name matches `q`, from the whole index
+ * (folded ones included): {total, names, offset, limit, hits: [{i, name, ph, ts, dur, pid, tid,
+ * process, thread}, …]}; `ts`/`dur` in µs on the trace's clock. `icase` and `re` as 0/1.
+ */
+export function fetchSearch({run, host, q, icase = true, re = false, offset = 0, limit = 1000}, signal) {
+  const params = {run, host, q, icase: icase ? '1' : '0', limit: String(limit)};
+  if (re) params.re = '1';
+  if (offset) params.offset = String(offset);
+  return getJson('search', params, signal);
+}
+
+/**
+ * `aggregate?run=&host=&start_us=&end_us=`: exact statistics per name of every slice in
+ * the range, at any level: {window, slices, clipped, names, tracks,
+ * rows: [{name, count, wall_us, self_us, avg_us, max_us, max_i, max_ts}, …], other}.
+ */
+export function fetchAggregate({run, host, startUs, endUs, limit = 500}, signal) {
+  return getJson('aggregate', {run, host, start_us: String(startUs), end_us: String(endUs), limit: String(limit)}, signal);
+}
+
+/** `event?run=&host=&i=`: one input event with all its args. */
+export function fetchEvent(run, host, i, signal) {
+  return getJson('event', {run, host, i: String(i)}, signal);
+}

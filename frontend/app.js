@@ -1,6 +1,6 @@
 // The dashboard: pickers, level control, stats, timeline, details, sharing.
 // Wires the other modules together; owns when to fetch (see policy.js).
-import {BASE, fetchRunsIfChanged, getJson, routeUrl} from './api.js';
+import {BASE, fetchEvent, fetchRunsIfChanged, getJson, routeUrl} from './api.js';
 import {el, ensureStylesheet, setChildren} from './dom.js';
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
 import {TraceLoader} from './loader.js';
@@ -8,12 +8,19 @@ import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from 
 import {FLAG_SUMMARY, inputIndexOf} from './model.js';
 import {WaveformPanel} from './panels/waveforms.js';
 import {fetchWindow, needsFetch} from './policy.js';
-import {LEVELS, downloadUrl, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
+import {LEVELS, downloadUrl, linkParams, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
 import {Timeline} from './timeline.js';
+import {AggregatePanel, relSeconds} from './panels/aggregate.js';
+import {SearchBar} from './panels/search.js';
+import {StepStrip} from './panels/steps.js';
+import {installKeys} from './keys.js';
+import {installTheme} from './theme.js';
 
 /** Level 0 of a file this large would send every event to the tab: ask first. */
 export const HUGE_BYTES = 50e6;
 const FETCH_DEBOUNCE_MS = 180;
+/** A selected event's track is scrolled into view on this many loads, or until one draws it. */
+const REVEAL_LOADS = 3;
 const LEVEL_LABELS = {
   auto: 'auto — the least reduced that fits',
   0: '0 — lossless, every event',
@@ -25,6 +32,7 @@ const LEVEL_LABELS = {
 
 export async function mountDashboard(root, {search = '', standalone = false} = {}) {
   ensureStylesheet(new URL('static/dashboard.css', BASE).href);
+  ensureStylesheet(new URL('static/query.css', BASE).href);
   const app = new Dashboard(root, parseViewState(search), standalone);
   // A handle for tests and the benchmark (state, locating slices, frame counts).
   window.tbReduceDashboard = app;
@@ -46,8 +54,11 @@ class Dashboard {
     this.inflight = null;
     this.seq = 0;
     this.stats = null;
-    this.selected = null; // {kind, input} of the clicked event, kept across refetches
+    this.selected = null; // {kind, input, event, reveal} of the clicked or searched event, kept across refetches
     this.detailsSeq = 0;
+    this.marksByKey = new Map(); // run/host → (mark id → event): marks stay per trace
+    this.markCursor = -1;
+    this.range = null; // [t0, t1] shift+dragged on the timeline
     this.fetchTimer = 0;
     this.live = false;
     this.poller = new RunPoller({
@@ -98,6 +109,7 @@ class Dashboard {
     this.details = el('section', {'data-testid': 'details', class: 'tbr-details', 'aria-label': 'Event details'},
       el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
 
+    this.buildQuery();
     this.profileBadge = el('span', {class: 'tbr-badge', hidden: true, 'data-testid': 'profile-tab-badge'});
     const bar = el('header', {class: 'tbr-bar'},
       el('span', {class: 'tbr-title'}, 'Trace Reduce'), this.profileBadge,
@@ -105,17 +117,22 @@ class Dashboard {
       el('label', {}, 'Host ', this.hostSelect),
       el('label', {}, 'Level ', this.levelSelect),
       el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
+      this.search.element, this.marksBox,
       this.fitButton, this.shareLink, this.downloadLink, this.copied,
       el('span', {class: 'tbr-help'}, 'wheel or W/S zoom · drag or A/D pan · shift+wheel scrolls tracks · click for details'));
     this.waveBox = el('div', {class: 'tbr-wave-slot'});
+    this.stepsBox = el('div', {class: 'tbr-steps-slot'});
     this.app = el('div', {class: 'tbr-app'}, bar, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
-      this.waveBox, this.timelineBox, this.details);
+      this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.details);
     root.replaceChildren(this.app);
+    // light or dark, as TensorBoard (or the system) is; before the canvases draw
+    this.theme = installTheme(this.app, () => this.themeChanged());
     this.timelineBox.append(this.message);
     this.timeline = new Timeline(this.timelineBox, {
       onViewChange: () => this.viewChanged(),
       onSelect: (hit) => this.showDetails(hit),
+      onRange: (range, final) => this.rangeChanged(range, final),
     });
     this.waveforms = new WaveformPanel(this.waveBox, {
       onStep: (run, host, step) => this.showStep(run, host, step),
@@ -129,6 +146,17 @@ class Dashboard {
         if (typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(wave);
       },
     });
+    this.steps = new StepStrip(this.stepsBox, {
+      onStep: (step) => this.showStep(this.sel.run, this.sel.host, step),
+      fetchSteps: (run, host) => this.waveforms.waves(run, host), // one request for both
+      gutter: () => this.timeline.gutter,
+    });
+    this.shortcuts = installKeys(this, root);
+  }
+
+  /** The theme switched (theme.js): the canvases draw again in its colours. */
+  themeChanged() {
+    for (const part of [this.timeline, this.waveforms, this.steps]) if (part) part.requestDraw();
   }
 
   /** A step clicked in the waveforms: the timeline shows that run and host, zoomed to the step's window. */
@@ -194,6 +222,23 @@ class Dashboard {
     this.profileBadge.hidden = false;
   }
 
+  /** Under the empty state: what the server's walk of the logdir found and left out, and why. */
+  async explainEmpty() {
+    let found = null;
+    try {
+      found = (await getJson('info')).discovery;
+    } catch {
+      return; // an older server: the generic message stands
+    }
+    if (!found || !found.skipped || !found.skipped.length || this.message.hidden) return;
+    const more = found.skipped_total - found.skipped.length;
+    this.message.append(
+      el('p', {}, `Found but left out (${formatCount(found.skipped_total)}):`),
+      el('ul', {class: 'tbr-skipped', 'data-testid': 'skipped'}, found.skipped.map((s) =>
+        el('li', {}, el('code', {}, s.path), ` — ${s.reason}`))),
+      ...(more > 0 ? [el('p', {}, `…and ${formatCount(more)} more.`)] : []));
+  }
+
   async start() {
     this.showProfileTab();
     this.setStatus('Listing traces…');
@@ -210,6 +255,7 @@ class Dashboard {
       this.showMessage('No profiler traces found',
         'Put traces under <logdir>/…/plugins/profile/<run>/ (XProf, JAX, TensorFlow: *.xplane.pb, *.trace.json.gz) ' +
         'or in a run directory (PyTorch: *.pt.trace.json[.gz]); the list refreshes when you reload this page.');
+      this.explainEmpty();
       this.runSelect.disabled = this.hostSelect.disabled = true;
       this.waveforms.setContext({runs: [], run: null, host: null});
       this.updateLinks();
@@ -235,7 +281,9 @@ class Dashboard {
     } else {
       this.load(null);
     }
+    if (hostOk && this.initial.event !== null) this.openEvent(this.initial.event);
     this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
+    this.steps.setContext({run: this.sel.run, host: this.sel.host});
     this.updateLinks();
   }
 
@@ -301,8 +349,9 @@ class Dashboard {
   }
 
   fillHosts(runInfo) {
-    setChildren(this.hostSelect, runInfo.hosts.map((h) =>
-      el('option', {value: h.host}, `${h.host} (${h.format}, ${formatBytes(h.bytes)})`)));
+    // JAX's capped export says so, and comes after the XSpace it was made from (the server's order).
+    setChildren(this.hostSelect, runInfo.hosts.map((h) => el('option', {value: h.host, title: h.capped ? h.capped.note : ''},
+      `${h.host} (${h.format}, ${formatBytes(h.bytes)}${h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events` : ''})`)));
   }
 
   selectRun(run) {
@@ -323,14 +372,17 @@ class Dashboard {
     this.timeline.clear();
     this.renderStats();
     this.showDetails(null);
+    this.queryHostChanged();
     const ext = this.extents.get(this.key());
     if (ext) this.timeline.setExtent(ext);
     this.load(null);
     this.waveforms.setContext({runs: this.runs, run, host});
+    this.steps.setContext({run, host});
     this.updateLinks();
   }
 
-  setLevel(level) {
+  setLevel(level, {keepSelection = false} = {}) {
+    if (!keepSelection) this.clearSelection(); // what was selected at one level is not what the next draws
     this.sel.level = level;
     this.levelSelect.value = level;
     const view = this.timeline.getView();
@@ -419,6 +471,8 @@ class Dashboard {
     this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
       full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, model};
     this.timeline.setModel(model, dataWindow);
+    this.steps.setModel(model);
+    this.steps.setView(this.timeline.getView());
     this.restoreSelection(model);
     const total = ((performance.now() - started) / 1000).toFixed(2);
     const shown = model.slices.count + model.instants.count;
@@ -468,6 +522,7 @@ class Dashboard {
         this.timeline.setExtent(w.slice());
         this.timeline.requestDraw();
         this.updateLinks();
+        this.refreshDetailTimes(); // the ruler's zero moved to the trace's start
       }
     }).catch(() => this.extentAsked.delete(key));
   }
@@ -489,6 +544,7 @@ class Dashboard {
 
   // ---- view changes: links now, fetches debounced ----------------------------
   viewChanged() {
+    this.steps.setView(this.timeline.getView());
     clearTimeout(this.fetchTimer);
     this.fetchTimer = setTimeout(() => {
       this.updateLinks();
@@ -527,7 +583,8 @@ class Dashboard {
       this.downloadLink.removeAttribute('href');
       return;
     }
-    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, window: this.currentWindow()};
+    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, window: this.currentWindow(),
+      event: this.selected ? this.selected.input : null};
     this.shareLink.href = shareUrl(BASE, state);
     this.downloadLink.href = downloadUrl(BASE, state);
     const view = this.timeline.getView();
@@ -537,7 +594,7 @@ class Dashboard {
     }
     if (this.standalone) {
       // the view page's own address follows the view, so reload and bookmarks keep it
-      history.replaceState(null, '', `?${viewParams(state)}`);
+      history.replaceState(null, '', `?${linkParams(state)}`);
     }
   }
 
@@ -601,12 +658,300 @@ class Dashboard {
       card('Reduced', reduced, 'tbr-card-out'), card('Reduction took', timing, 'tbr-card-time'));
   }
 
+  // ---- search, range statistics, marks (issue 13) ---------------------------------
+  // keys.js binds `/`, `f`, `m` and Esc to focusSearch, frameSelected, markSelected and
+  // clearAll; Enter / Shift+Enter in the search box step with searchNext / searchPrev.
+
+  /** The search box, the marks' count and the range statistics panel (placed by build()). */
+  buildQuery() {
+    this.search = new SearchBar({
+      context: () => ({run: this.sel.run, host: this.sel.host, view: this.timeline.getView()}),
+      onHits: (hits) => this.timeline.setSearchHits(hits),
+      onGo: (hit) => this.goToHit(hit),
+      onEscape: () => this.clearAll(),
+    });
+    this.marksCount = el('button', {type: 'button', 'data-testid': 'marks', onclick: () => this.nextMark()});
+    this.marksBox = el('span', {class: 'tbr-marks', hidden: true}, this.marksCount,
+      el('button', {type: 'button', 'data-testid': 'marks-clear', 'aria-label': 'Remove all marks', title: 'Remove all marks',
+        onclick: () => {
+          this.currentMarks().clear();
+          this.renderMarks();
+        }}, '\u00d7'));
+    this.aggregate = new AggregatePanel({
+      onClose: () => this.clearRange(),
+      onName: (name) => this.search.setQuery(name), // highlighted where they are; Enter steps from the view
+      onGoto: (event) => this.openEvent(event.i, {frame: true, known: event}),
+    });
+  }
+
+  focusSearch() {
+    this.search.focus();
+  }
+
+  searchNext() {
+    return this.search.next();
+  }
+
+  searchPrev() {
+    return this.search.prev();
+  }
+
+  /** Zooms the timeline to the selected event: its span with as much again on each side. */
+  frameSelected() {
+    const ev = this.selected && this.selected.event;
+    if (!ev) return;
+    const ts = Number(ev.ts);
+    this.timeline.frameSpan(ts, ts + (Number(ev.dur) || 0));
+    this.timeline.reveal(ev);
+    this.selected.reveal = REVEAL_LOADS;
+  }
+
+  /** Marks the selected event, or unmarks it: a band and a flag on the timeline, kept per trace. */
+  markSelected() {
+    const ev = this.selected && this.selected.event;
+    if (!ev) return;
+    const marks = this.currentMarks();
+    const id = ev.i !== null && ev.i !== undefined ? `#${ev.i}` : `${ev.pid}|${ev.tid}|${ev.ts}`;
+    if (marks.has(id)) marks.delete(id);
+    else marks.set(id, ev);
+    this.renderMarks();
+  }
+
+  /** Esc: the selection, the range and the search's highlight go; the query text stays. */
+  clearAll() {
+    this.clearSelection();
+    this.clearRange();
+    this.search.clear();
+  }
+
+  clearSelection() {
+    this.timeline.setSelected(null);
+    this.timeline.setCurrentHit(null);
+    this.showDetails(null);
+  }
+
+  /** The ruler's zero (the trace's start, as the timeline counts). */
+  origin() {
+    return this.timeline.displayOrigin ?? (this.data ? this.data.model.origin : 0);
+  }
+
+  /** Another run or host: its own marks, no range, the same query searched there. */
+  queryHostChanged() {
+    this.clearRange();
+    this.timeline.setCurrentHit(null);
+    this.timeline.setSearchHits([]);
+    this.search.refresh();
+    this.markCursor = -1;
+    this.renderMarks();
+  }
+
+  /** A search hit stepped to: zoom to it, select and highlight it, show its details. */
+  goToHit(hit) {
+    this.timeline.setCurrentHit(hit);
+    this.selectEvent(hit, {frame: true});
+  }
+
+  /**
+   * Selects input event `ev` ({i, name, ph, ts, dur, pid, tid}, absolute µs), which the view
+   * may draw as itself, fold into a summary or not hold yet: the timeline finds it again in
+   * every model it loads (restoreSelection). `full`: the event route's answer, if at hand.
+   */
+  selectEvent(ev, {frame = false, full = null} = {}) {
+    const event = {...ev, ts: Number(ev.ts), dur: ev.dur === null || ev.dur === undefined ? null : Number(ev.dur)};
+    this.selected = {kind: /^[iIR]$/.test(event.ph || '') ? 'instant' : 'slice', input: event.i ?? null, event,
+      reveal: REVEAL_LOADS};
+    if (frame) this.timeline.frameSpan(event.ts, event.ts + (event.dur || 0));
+    const hit = this.timeline.hitOf(event);
+    this.timeline.setSelected(hit);
+    this.timeline.reveal(event);
+    if (hit && !frame) this.selected.reveal = 0;
+    this.showEventDetails(event, full);
+    this.updateLinks();
+  }
+
+  /**
+   * Selects input event #i (a shared link's `event=`, a table's longest slice): its place
+   * comes from the event route. The selection holds at once, so the link keeps it and the
+   * timeline outlines it as soon as a view draws it.
+   */
+  openEvent(i, {frame = false, known = null} = {}) {
+    const key = this.key();
+    this.selected = {kind: 'slice', input: i, event: null, reveal: REVEAL_LOADS};
+    this.timeline.setSelected(null);
+    if (this.data) this.restoreSelection(this.data.model);
+    setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, known && known.name ? known.name : `Event #${i}`),
+      el('p', {class: 'tbr-muted'}, `Loading event #${i}…`));
+    this.updateLinks();
+    const seq = ++this.detailsSeq;
+    fetchEvent(this.sel.run, this.sel.host, i).then((e) => {
+      if (key !== this.key() || seq !== this.detailsSeq || !this.selected || this.selected.input !== i) return;
+      const event = {i, name: e.name ?? (known && known.name) ?? '', ph: e.ph, ts: e.ts ?? (known && known.ts),
+        dur: e.dur ?? (known && known.dur) ?? null, pid: e.pid, tid: e.tid};
+      this.selectEvent(event, {frame, full: e});
+    }, (err) => {
+      if (key !== this.key() || seq !== this.detailsSeq) return;
+      setChildren(this.details, el('p', {class: 'tbr-error'}, `Could not load event #${i}: ${err.message}`));
+    });
+  }
+
+  /** The details of an input event known by place (a search hit, a link's event), then its args. */
+  showEventDetails(ev, full = null) {
+    const seq = ++this.detailsSeq;
+    const rows = [['start', relSeconds(ev.ts - this.origin()), ev.ts], ['ts', `${roundUs(ev.ts)} µs`]];
+    if (ev.dur !== null && ev.dur !== undefined) rows.push(['duration', formatDuration(ev.dur)]);
+    rows.push(['track', this.trackLabel(ev)]);
+    this.foldNote = el('div', {class: 'tbr-fold-note', 'data-testid': 'fold-note', role: 'note', hidden: true});
+    const body = el('div', {class: 'tbr-args'});
+    setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, ev.name), detailList(rows), this.foldNote, body);
+    this.updateFoldNote();
+    if (ev.i === null || ev.i === undefined) return;
+    if (full) {
+      setChildren(body, renderEvent(full, ev.i));
+      return;
+    }
+    setChildren(body, el('p', {class: 'tbr-muted'}, `Loading event #${ev.i}…`));
+    fetchEvent(this.sel.run, this.sel.host, ev.i).then((event) => {
+      if (seq === this.detailsSeq) setChildren(body, renderEvent(event, ev.i));
+    }, (err) => {
+      if (seq === this.detailsSeq) setChildren(body, el('p', {class: 'tbr-error'}, `Could not load the event's arguments: ${err.message}`));
+    });
+  }
+
+  /** The details' times from the ruler's zero, again (a shared link learns the trace's start late). */
+  refreshDetailTimes() {
+    for (const dd of this.details.querySelectorAll('dd[data-ts]')) {
+      dd.textContent = relSeconds(Number(dd.dataset.ts) - this.origin());
+    }
+  }
+
+  /** "process › thread" of an event: the search route's names, else the model's labels, else the ids. */
+  trackLabel(ev) {
+    if (ev.process || ev.thread) return `${ev.process ?? ev.pid} › ${ev.thread ?? ev.tid}`;
+    const m = this.timeline.model;
+    const t = m ? this.timeline.trackIndexOf(ev.pid, ev.tid) : -1;
+    if (t >= 0) return `${m.processes[m.tracks[t].proc].label} › ${m.tracks[t].label}`;
+    return `pid ${ev.pid ?? '—'} · tid ${ev.tid ?? '—'}`;
+  }
+
+  /** Says so in the details when the view folds the selected event into a summary (or has not loaded it). */
+  updateFoldNote() {
+    const note = this.foldNote;
+    const ev = this.selected && this.selected.event;
+    if (!note || !ev || !note.isConnected) return;
+    const r = this.timeline.resolve(ev);
+    const state = r ? r.state : 'unloaded';
+    note.dataset.state = state;
+    if (state === 'folded') {
+      const level = this.data ? this.data.level : '?';
+      setChildren(note, el('span', {}, `Folded into a summary at level ${level} — zoom in or pick level 0.`),
+        el('button', {type: 'button', class: 'tbr-button', onclick: () => this.frameSelected()}, 'Zoom in'),
+        level !== 0 ? el('button', {type: 'button', class: 'tbr-button', onclick: () => this.setLevel('0', {keepSelection: true})},
+          'Level 0') : null);
+      note.hidden = false;
+    } else if (state === 'unloaded' && this.data) {
+      setChildren(note, el('span', {}, 'Outside the loaded window: loading it…'));
+      note.hidden = !this.inflight;
+    } else {
+      note.hidden = true;
+    }
+  }
+
+  /** The input event a timeline hit draws, {i, name, ph, ts, dur, pid, tid} (absolute µs), or null. */
+  eventOfHit(hit, input, name) {
+    const m = hit.model;
+    if (!m) return null;
+    if (hit.kind === 'slice') {
+      const s = m.slices;
+      const track = m.tracks[s.rowTrack[s.row[hit.index]]];
+      return {i: input, name, ph: 'X', ts: s.ts[hit.index] + m.origin, dur: s.dur[hit.index], pid: track.pid, tid: track.tid};
+    }
+    if (hit.kind === 'instant') {
+      const inst = m.instants;
+      let g = 0;
+      while (g + 1 < inst.start.length && inst.start[g + 1] <= hit.index) g += 1;
+      const track = g < inst.procBase ? m.tracks[g] : null;
+      const proc = !track && g < inst.globalGroup ? m.processes[g - inst.procBase] : null;
+      return {i: input, name, ph: 'i', ts: inst.ts[hit.index] + m.origin, dur: null,
+        pid: track ? track.pid : proc ? proc.pid : null, tid: track ? track.tid : null};
+    }
+    return null;
+  }
+
+  currentMarks() {
+    const key = this.key();
+    if (!this.marksByKey.has(key)) this.marksByKey.set(key, new Map());
+    return this.marksByKey.get(key);
+  }
+
+  renderMarks() {
+    const marks = [...this.currentMarks().values()];
+    this.timeline.setMarks(marks);
+    this.marksBox.hidden = !marks.length;
+    this.marksCount.textContent = `\u2691 ${marks.length}`;
+    const label = `${marks.length} ${marks.length === 1 ? 'mark' : 'marks'}`;
+    this.marksCount.setAttribute('aria-label', `${label}: go to the next one`);
+    this.marksCount.title = `${label} (m toggles one on the selected slice) — click to go to the next:\n` +
+      marks.map((mk) => `• ${mk.name} at ${relSeconds(mk.ts - this.origin())}`).join('\n');
+  }
+
+  /** The marks' button: selects and frames each mark in time order, in turn. */
+  nextMark() {
+    const marks = [...this.currentMarks().values()].sort((a, b) => a.ts - b.ts);
+    if (!marks.length) return;
+    this.markCursor = (this.markCursor + 1) % marks.length;
+    this.selectEvent(marks[this.markCursor], {frame: true});
+  }
+
+  /** Shift+drag on the timeline: the band follows the pointer; on release, the range's statistics. */
+  rangeChanged(range, final) {
+    this.range = range;
+    if (!final) return;
+    this.aggregate.show({run: this.sel.run, host: this.sel.host, range, origin: this.origin()});
+  }
+
+  clearRange() {
+    this.range = null;
+    this.timeline.setRange(null);
+    this.aggregate.clear();
+  }
+
+  /** For tests: the query layer's state in plain values. */
+  queryState() {
+    const sel = this.selected;
+    const ev = sel && sel.event;
+    return {
+      search: this.search.state(),
+      selected: sel ? {input: sel.input, kind: sel.kind, ts: ev ? ev.ts : null, name: ev ? ev.name : null} : null,
+      timelineSelected: this.timeline.selected ? {kind: this.timeline.selected.kind, index: this.timeline.selected.index} : null,
+      resolved: ev ? this.timeline.resolve(ev) : null,
+      currentHit: this.timeline.currentHit ? this.timeline.currentHit.i : null,
+      highlighted: this.timeline.searchHits.length,
+      range: this.range ? this.range.slice() : null,
+      rows: this.aggregate.rows().map((r) => ({name: r.name, count: r.count, wall_us: r.wall_us, self_us: r.self_us})),
+      marks: [...this.currentMarks().values()].map((mk) => mk.i),
+      view: this.timeline.getView(),
+      level: this.data ? this.data.level : null,
+    };
+  }
+
   // ---- details ---------------------------------------------------------------
   /** Re-finds the clicked event in a new response, by its input index. */
   restoreSelection(model) {
     const sel = this.selected;
     if (!sel || sel.input === null) {
       this.timeline.setSelected(null);
+      return;
+    }
+    if (sel.event) {
+      // where it is known (its track and time): found by a binary search, not a scan
+      const hit = this.timeline.hitOf(sel.event);
+      this.timeline.setSelected(hit);
+      if (sel.reveal) {
+        // scrolled to, until a view draws it as itself (a few loads at most: the user may scroll away)
+        this.timeline.reveal(sel.event);
+        sel.reveal = hit ? 0 : sel.reveal - 1;
+      }
+      this.updateFoldNote();
       return;
     }
     const s = model.slices;
@@ -623,7 +968,9 @@ class Dashboard {
     const seq = ++this.detailsSeq;
     if (!hit) {
       this.selected = null;
+      this.foldNote = null;
       setChildren(this.details, el('p', {class: 'tbr-muted'}, 'Click a slice to see its arguments.'));
+      this.updateLinks();
       return;
     }
     // What to show comes from the hit's track module (tracks/*.js): no per-kind switch here.
@@ -638,10 +985,13 @@ class Dashboard {
       return;
     }
     const input = summary ? null : inputIndexOf(m, k);
-    this.selected = {kind: hit.kind, input};
+    const event = this.eventOfHit(hit, input, name);
+    this.selected = {kind: hit.kind, input, event};
+    this.foldNote = null;
+    this.updateLinks();
     const body = el('div', {class: 'tbr-args'});
     setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name),
-      el('dl', {class: 'tbr-detail-basics'}, rows.map(([a, b]) => [el('dt', {}, a), el('dd', {}, b)])), body);
+      detailList(withTimes(rows, event ? event.ts : NaN, this.origin())), body);
     if (summary) {
       const [t0, t1] = span;
       setChildren(body,
@@ -664,6 +1014,25 @@ class Dashboard {
       setChildren(body, el('p', {class: 'tbr-error'}, `Could not load the event's arguments: ${err.message}`));
     });
   }
+}
+
+/** The details' basic rows, [[key, text], …], as a definition list (each with its key, for tests). */
+function detailList(rows) {
+  return el('dl', {class: 'tbr-detail-basics'}, rows.map(([a, b, ts]) => [el('dt', {}, a),
+    el('dd', {'data-key': a, 'data-ts': ts, class: a === 'ts' ? 'tbr-detail-abs' : ''}, b)]));
+}
+
+/**
+ * A track's rows with its time as the ruler counts it (seconds from the trace's start) and
+ * as the trace's own clock says (`ts`, µs), where it had one start or time row.
+ */
+function withTimes(rows, ts, origin) {
+  const out = [];
+  for (const [key, value] of rows) {
+    if ((key === 'start' || key === 'time') && Number.isFinite(ts)) out.push([key, relSeconds(ts - origin), ts], ['ts', `${roundUs(ts)} µs`]);
+    else out.push([key, value]);
+  }
+  return out;
 }
 
 /** An event's fields and args as a key/value table; values are text (JSON for structures). */

@@ -34,9 +34,10 @@ export function setChildren(node, ...children) {
   return append(node, children);
 }
 
-/** Loads a stylesheet once: a <link>, since CSP allows 'self' styles. */
+/** Loads a stylesheet once per address: a <link>, since CSP allows 'self' styles. */
 export function ensureStylesheet(href) {
-  if (document.querySelector(`link[data-tbr-css]`)) return;
+  const want = new URL(href, document.baseURI).href;
+  if ([...document.querySelectorAll('link[data-tbr-css]')].some((l) => l.href === want)) return;
   const link = el('link', {rel: 'stylesheet', href, 'data-tbr-css': true});
   document.head.append(link);
 }

@@ -1,13 +1,13 @@
-// The shareable part of the dashboard's state (run, host, level, window) and its
-// round trip through a URL query string: the `view` page reads it back, so a
-// copied link reopens exactly what the sender saw.
+// The shareable part of the dashboard's state (run, host, level, window and the
+// selected event) and its round trip through a URL query string: the `view` page
+// reads it back, so a copied link reopens exactly what the sender saw.
 
 export const LEVELS = ['auto', '0', '1', '2', '3', '4'];
 // Level 2, as the command line and the plugin's routes: `auto` aims at a file's
 // budget (500 k events) and would hand a zoomed window far more than a screen shows.
 export const DEFAULT_LEVEL = '2';
 
-/** Reads {run, host, level, window} from a query string; bad values are ignored, not fatal. */
+/** Reads {run, host, level, window, event} from a query string; bad values are ignored, not fatal. */
 export function parseViewState(search) {
   const q = new URLSearchParams(search);
   const level = q.get('level');
@@ -19,7 +19,15 @@ export function parseViewState(search) {
     host: q.get('host') || null,
     level: LEVELS.includes(level) ? level : DEFAULT_LEVEL,
     window: hasWindow ? [start, end] : null,
+    event: parseEventIndex(q.get('event')),
   };
+}
+
+/** `event=<input index>`: a non-negative integer, else null. */
+export function parseEventIndex(text) {
+  if (text === null || !/^\d{1,15}$/.test(text.trim())) return null;
+  const i = Number(text.trim());
+  return Number.isSafeInteger(i) ? i : null;
 }
 
 /**
@@ -43,9 +51,16 @@ export function viewParams({run, host, level, window}) {
   return params;
 }
 
+/** A link's parameters: the view's, plus `event` (the selected event's input index) if any. */
+export function linkParams(state) {
+  const params = viewParams(state);
+  if (Number.isSafeInteger(state.event) && state.event >= 0) params.set('event', String(state.event));
+  return params;
+}
+
 /** An absolute `view?…` link: works in a new tab, outside TensorBoard's iframe. */
 export function shareUrl(base, state) {
-  return new URL(`view?${viewParams(state)}`, base).href;
+  return new URL(`view?${linkParams(state)}`, base).href;
 }
 
 /** The reduced `.json.gz` of this level and window, as a file download. */

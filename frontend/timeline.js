@@ -18,18 +18,38 @@
 // for epoch-µs traces (5e12 µs).
 import {el} from './dom.js';
 import {formatDuration, formatTick, niceStep} from './format.js';
-import {BOLD_FONT, COLORS, FONT, PROC_H, ROW_H, RULER_H, fitText} from './tracks/common.js';
+import {FLAG_SUMMARY, inputIndexOf, lowerBound} from './model.js';
+import {BOLD_FONT, COLORS, FONT, PROC_H, ROW_H, RULER_H, SLICE_H, fitText} from './tracks/common.js';
 import {KIND_OF_HIT, TRACK_KINDS} from './tracks/index.js';
 
 const MIN_SPAN_US = 1e-3;
+/** Framing an event (a search hit, the selection): its span with this much of it on each side… */
+const FRAME_PAD = 1;
+/** …and at least this wide a window (µs), so an instant or a 100 ns kernel has context. */
+const FRAME_MIN_US = 20;
+/** The query layer's colours: CSS variables of the dashboard (light and dark), else these. */
+const QUERY_COLORS = {
+  '--tbr-highlight': '#f9ab00', // search hits
+  '--tbr-accent': '#1a73e8', // the range, the current hit
+  '--tbr-fg': '#1b1b1f',
+  '--tbr-bg': '#ffffff',
+  '--tbr-mark': '#a142f4', // marks
+};
+
+/** A (pid, tid) key that holds the same for the model's ids and a route's JSON (null = absent). */
+function idPart(value) {
+  return value === null || value === undefined ? '-' : `${typeof value}:${value}`;
+}
 
 export class Timeline {
-  constructor(container, {onViewChange, onSelect} = {}) {
+  constructor(container, {onViewChange, onSelect, onRange} = {}) {
     this.container = container;
     this.onViewChange = onViewChange || (() => {});
     this.onSelect = onSelect || (() => {});
+    // onRange([t0, t1] absolute µs, final): a shift+drag selecting a time range (final on release)
+    this.onRange = onRange || (() => {});
     this.canvas = el('canvas', {class: 'tbr-canvas', tabindex: '0', role: 'img',
-      'aria-label': 'Trace timeline: wheel or W/S to zoom, drag or A/D to pan, click a slice for details'});
+      'aria-label': 'Trace timeline: wheel or W/S to zoom, drag or A/D to pan, shift+drag to measure a range, click a slice for details'});
     this.tooltip = el('div', {class: 'tbr-tooltip', role: 'tooltip', hidden: true});
     container.append(this.canvas, this.tooltip);
     this.ctx = this.canvas.getContext('2d', {alpha: false});
@@ -60,6 +80,15 @@ export class Timeline {
     this.drag = null;
     this.keys = new Set();
     this.keyLoop = 0;
+    // The query layer (search hits, the current one, marks, a selected range), all as input
+    // events {i, ts, dur, pid, tid, …} in absolute µs: found again in each model (resolve).
+    this.searchHits = [];
+    this.currentHit = null;
+    this.marks = [];
+    this.range = null;
+    this.resolved = new Map(); // hit object → resolve(hit), for this.model
+    this.trackKeys = null; // {model, map: 'pid|tid' → track index}
+    this.frameColors = null; // the query layer's colours, read once a frame (queryColors)
 
     this.kinds = TRACK_KINDS;
     this.trackState = new Map(this.kinds.map((k) => [k, k.init(this)]));
@@ -85,6 +114,7 @@ export class Timeline {
   setModel(model, dataWindow) {
     this.model = model;
     this.dataWindow = dataWindow || model.window;
+    this.resolved.clear();
     for (const k of this.kinds) k.prepare(this, model);
     this.hover = null;
     this.layout();
@@ -131,6 +161,7 @@ export class Timeline {
     this.selected = null;
     this.hover = null;
     this.scrollY = 0;
+    this.resolved.clear();
     for (const k of this.kinds) k.setData(this, null);
     this.hideTooltip();
     this.requestDraw();
@@ -149,6 +180,330 @@ export class Timeline {
   setSelected(hit) {
     this.selected = hit;
     this.requestDraw();
+  }
+
+  // ---- the query layer: search hits, the current hit, marks, a range (issue 13) ----
+  /** Search hits to highlight: [{i, name, ph, ts, dur, pid, tid}, …] (absolute µs), or [] for none. */
+  setSearchHits(hits) {
+    this.searchHits = Array.isArray(hits) ? hits : [];
+    this.resolved.clear();
+    this.requestDraw();
+  }
+
+  /** The hit stepped to (drawn stronger, pointed at on the ruler), or null. */
+  setCurrentHit(hit) {
+    this.currentHit = hit || null;
+    this.requestDraw();
+  }
+
+  /** Persistent marks: [{i, name, ts, dur, pid, tid}, …] — a band across the plot and a flag on the ruler each. */
+  setMarks(marks) {
+    this.marks = Array.isArray(marks) ? marks : [];
+    this.requestDraw();
+  }
+
+  /** A selected time range [t0, t1] (absolute µs), shaded with its duration; null clears it. */
+  setRange(range) {
+    this.range = range && range[1] > range[0] ? [range[0], range[1]] : null;
+    this.requestDraw();
+  }
+
+  /** The model's track index of (pid, tid), or -1. */
+  trackIndexOf(pid, tid) {
+    const m = this.model;
+    if (!m) return -1;
+    if (!this.trackKeys || this.trackKeys.model !== m) {
+      const map = new Map();
+      m.tracks.forEach((t, i) => map.set(`${idPart(t.pid)}|${idPart(t.tid)}`, i));
+      this.trackKeys = {model: m, map};
+    }
+    const t = this.trackKeys.map.get(`${idPart(pid)}|${idPart(tid)}`);
+    return t === undefined ? -1 : t;
+  }
+
+  /**
+   * Where input event `hit` ({i, ts, dur, pid, tid}) is in the shown model:
+   *   {state: 'kept', track, index}     its own slice (index into model.slices)
+   *   {state: 'instant', track, index}  its own instant (index into model.instants)
+   *   {state: 'folded', track, index}   folded into the summary slice `index` covering its time
+   *   {state: 'track', track}           on this track, but drawn by no slice of it (a counter, an end)
+   *   {state: 'unloaded'}               outside the data this model holds
+   *   {state: 'absent'}                 no track of this model holds it
+   * or null without a model. Each slice row is searched by time (binary search), not scanned.
+   */
+  resolve(hit) {
+    const m = this.model;
+    if (!m || !hit) return null;
+    const cached = this.resolved.get(hit);
+    if (cached) return cached;
+    const out = this.resolveUncached(m, hit);
+    if (this.resolved.size > 50000) this.resolved.clear();
+    this.resolved.set(hit, out);
+    return out;
+  }
+
+  resolveUncached(m, hit) {
+    const ts = Number(hit.ts);
+    const dur = Math.max(0, Number(hit.dur) || 0);
+    if (!Number.isFinite(ts)) return {state: 'absent'};
+    const dw = this.dataWindow || m.window;
+    if (ts > dw[1] || ts + dur < dw[0]) return {state: 'unloaded'};
+    const t = this.trackIndexOf(hit.pid, hit.tid);
+    if (t < 0) return {state: 'absent'};
+    const rel = ts - m.origin;
+    const eps = 2e-3 + Math.abs(ts) * 4e-16; // 2 ns, and float noise at epoch-µs times
+    const s = m.slices;
+    const track = m.tracks[t];
+    for (let d = 0; d < track.depthCount; d += 1) {
+      const row = track.rowBase + d;
+      const b = s.rowStart[row + 1];
+      for (let j = lowerBound(s.ts, rel - eps, s.rowStart[row], b); j < b && s.ts[j] <= rel + eps; j += 1) {
+        if (!(s.flags[j] & FLAG_SUMMARY) && inputIndexOf(m, s.k[j]) === hit.i) return {state: 'kept', track: t, index: j};
+      }
+    }
+    const inst = m.instants;
+    for (const g of [inst.trackBase + t, inst.procBase + track.proc, inst.globalGroup]) {
+      const b = inst.start[g + 1];
+      for (let j = lowerBound(inst.ts, rel - eps, inst.start[g], b); j < b && inst.ts[j] <= rel + eps; j += 1) {
+        if (inputIndexOf(m, inst.k[j]) === hit.i) return {state: 'instant', track: t, index: j};
+      }
+    }
+    // Not drawn as itself: the summary slice of its track covering its time (the shallowest
+    // one covering all of it, else any covering its start).
+    let any = -1;
+    for (let d = 0; d < track.depthCount; d += 1) {
+      const row = track.rowBase + d;
+      const a = s.rowStart[row];
+      const j = lowerBound(s.ts, rel + eps, a, s.rowStart[row + 1]) - 1;
+      if (j < a || !(s.flags[j] & FLAG_SUMMARY) || s.ts[j] + s.dur[j] < rel - eps) continue;
+      if (s.ts[j] + s.dur[j] >= rel + dur - eps) return {state: 'folded', track: t, index: j};
+      if (any < 0) any = j;
+    }
+    if (any >= 0) return {state: 'folded', track: t, index: any};
+    return {state: 'track', track: t};
+  }
+
+  /** The hit as a timeline selection ({kind, index, model}) when the model draws it as itself, else null. */
+  hitOf(hit) {
+    const r = this.resolve(hit);
+    if (!r) return null;
+    if (r.state === 'kept') return {kind: 'slice', index: r.index, model: this.model};
+    if (r.state === 'instant') return {kind: 'instant', index: r.index, model: this.model};
+    return null;
+  }
+
+  /** Shows [t0, t1] (absolute µs) with its span again on each side, at least FRAME_MIN_US wide. */
+  frameSpan(t0, t1) {
+    if (!(Number.isFinite(t0) && Number.isFinite(t1))) return;
+    const span = Math.max(0, t1 - t0);
+    const pad = Math.max(span * FRAME_PAD, (FRAME_MIN_US - span) / 2, 0);
+    this.setView(t0 - pad, t1 + pad);
+  }
+
+  /** Scrolls the rows so that input event `hit`'s track (and its depth, when drawn) is on screen. */
+  reveal(hit) {
+    const r = this.resolve(hit);
+    if (!r || r.track === undefined) return;
+    const item = this.rowItem('track', r.track);
+    if (!item) return;
+    const depth = r.state === 'kept' || r.state === 'folded' ? this.model.slices.depth[r.index] : 0;
+    const top = item.y + depth * ROW_H;
+    const visible = this.height - RULER_H;
+    if (top >= this.scrollY && top + ROW_H <= this.scrollY + visible) return;
+    this.scrollY = top - visible / 3;
+    this.clampScroll();
+    this.requestDraw();
+  }
+
+  /** Test hook: the page x of absolute time `t` (µs) on the plot. */
+  clientXOf(t) {
+    if (!this.view) return null;
+    const rect = this.canvas.getBoundingClientRect();
+    return rect.left + this.gutter + ((t - this.view[0]) * this.plotWidth()) / (this.view[1] - this.view[0]);
+  }
+
+  /** The query layer's colours, from the dashboard's CSS variables (light or dark) when set. */
+  queryColors() {
+    const style = getComputedStyle(this.container);
+    const out = {};
+    for (const [name, fallback] of Object.entries(QUERY_COLORS)) {
+      out[name.slice(6)] = style.getPropertyValue(name).trim() || fallback;
+    }
+    return out;
+  }
+
+  /** y (canvas px) of the top of a track's slice row at `depth`, or null when the track is not laid out. */
+  rowTop(track, depth) {
+    const item = this.rowItem('track', track);
+    return item ? RULER_H + item.y - this.scrollY + depth * ROW_H + 1 : null;
+  }
+
+  /** Over the rows: the range's band, marks, search hits (tinted and outlined; a folded one pointed at in its summary). */
+  drawQuery(f) {
+    if (!this.range && !this.marks.length && !this.searchHits.length && !this.currentHit) return;
+    const ctx = this.ctx;
+    const c = this.queryColors();
+    this.frameColors = c; // read once a frame: getComputedStyle is not free
+    const x = (t) => f.X0 + (t - f.view0) * f.scale;
+    const [v0, v1] = this.view;
+    ctx.save();
+    if (this.range) {
+      const xa = Math.max(f.X0 - 2, x(this.range[0]));
+      const xb = Math.min(this.width + 2, x(this.range[1]));
+      if (xb > xa) {
+        ctx.globalAlpha = 0.12;
+        ctx.fillStyle = c.accent;
+        ctx.fillRect(xa, RULER_H, xb - xa, this.height - RULER_H);
+        ctx.globalAlpha = 0.9;
+        ctx.fillRect(Math.round(xa), RULER_H, 1, this.height - RULER_H);
+        ctx.fillRect(Math.round(xb) - 1, RULER_H, 1, this.height - RULER_H);
+      }
+    }
+    for (const mark of this.marks) {
+      const t0 = Number(mark.ts);
+      const t1 = t0 + Math.max(0, Number(mark.dur) || 0);
+      if (t1 < v0 || t0 > v1) continue;
+      const xa = x(t0);
+      const w = Math.max(1, x(t1) - xa);
+      ctx.globalAlpha = 0.08;
+      ctx.fillStyle = c.mark;
+      ctx.fillRect(xa, RULER_H, w, this.height - RULER_H);
+      ctx.globalAlpha = 0.7;
+      ctx.fillRect(Math.round(xa), RULER_H, 1, this.height - RULER_H);
+      if (w > 2) ctx.fillRect(Math.round(xa + w) - 1, RULER_H, 1, this.height - RULER_H);
+      ctx.globalAlpha = 1;
+      this.drawHitBox(f, mark, c.mark, 2, 0);
+    }
+    for (const hit of this.searchHits) {
+      const t0 = Number(hit.ts);
+      if (t0 > v1 || t0 + (Number(hit.dur) || 0) < v0 || hit === this.currentHit) continue;
+      this.drawHitBox(f, hit, c.highlight, 2, 0.2);
+    }
+    if (this.currentHit) this.drawHitBox(f, this.currentHit, c.accent, 2.5, 0.15, true);
+    ctx.restore();
+  }
+
+  /**
+   * One input event where the model draws it: its slice (or instant) outlined, with a tint;
+   * folded, a marker over its own time span inside the summary slice, with a caret above;
+   * else a tick on its track.
+   */
+  drawHitBox(f, hit, color, lineWidth, tint, strong = false) {
+    const r = this.resolve(hit);
+    if (!r || r.track === undefined) return;
+    const ctx = this.ctx;
+    const s = f.m.slices;
+    const t0 = Number(hit.ts);
+    const dur = Math.max(0, Number(hit.dur) || 0);
+    const x = (t) => f.X0 + (t - f.view0) * f.scale;
+    ctx.strokeStyle = color;
+    ctx.fillStyle = color;
+    ctx.lineWidth = lineWidth;
+    if (r.state === 'kept') {
+      const y = this.rowTop(r.track, s.depth[r.index]);
+      if (y === null || y + SLICE_H < RULER_H || y > this.height) return;
+      const xa = x(s.ts[r.index] + f.m.origin);
+      const w = Math.max(2, s.dur[r.index] * f.scale);
+      const x0 = Math.max(xa, f.X0 - 4);
+      const x1 = Math.min(xa + w, this.width + 4);
+      if (tint) {
+        ctx.globalAlpha = tint;
+        ctx.fillRect(x0, y, x1 - x0, SLICE_H);
+        ctx.globalAlpha = 1;
+      }
+      ctx.strokeRect(x0 - lineWidth / 2, y - lineWidth / 2, x1 - x0 + lineWidth, SLICE_H + lineWidth);
+      if (x1 - x0 < 6) this.drawCaret(x0 + (x1 - x0) / 2, y - 1, color, strong ? 6 : 4);
+    } else if (r.state === 'folded') {
+      const y = this.rowTop(r.track, s.depth[r.index]);
+      if (y === null || y + SLICE_H < RULER_H || y > this.height) return;
+      // the summary's own extent, thin; the event's span inside it, solid
+      const sa = x(s.ts[r.index] + f.m.origin);
+      const sw = Math.max(1, s.dur[r.index] * f.scale);
+      ctx.lineWidth = 1;
+      ctx.setLineDash([3, 2]);
+      ctx.strokeRect(Math.max(sa, f.X0 - 4) + 0.5, y + 0.5, Math.min(sw, this.width + 8) - 1, SLICE_H - 1);
+      ctx.setLineDash([]);
+      const xa = x(t0);
+      const w = Math.max(strong ? 4 : 3, dur * f.scale);
+      ctx.fillRect(xa, y + 3, w, SLICE_H - 6);
+      ctx.strokeStyle = this.frameColors.fg;
+      ctx.lineWidth = 1;
+      ctx.strokeRect(xa - 0.5, y + 2.5, w + 1, SLICE_H - 5);
+      this.drawCaret(xa + w / 2, y - 1, color, strong ? 6 : 4);
+    } else if (r.state === 'instant' || r.state === 'track') {
+      const y = this.rowTop(r.track, 0);
+      if (y === null || y + SLICE_H < RULER_H || y > this.height) return;
+      const xa = Math.round(x(t0));
+      ctx.fillRect(xa - 1, y, 2, SLICE_H);
+      this.drawCaret(xa, y - 1, color, strong ? 6 : 4);
+    }
+  }
+
+  /** A small downward triangle whose tip is at (x, y). */
+  drawCaret(x, y, color, size) {
+    const ctx = this.ctx;
+    ctx.fillStyle = color;
+    ctx.beginPath();
+    ctx.moveTo(x - size, y - size - 1);
+    ctx.lineTo(x + size, y - size - 1);
+    ctx.lineTo(x, y);
+    ctx.closePath();
+    ctx.fill();
+  }
+
+  /** On the ruler: a tick per search hit in view, the marks' flags, the range's duration. */
+  drawQueryRuler() {
+    if (!this.view || (!this.range && !this.marks.length && !this.searchHits.length && !this.currentHit)) return;
+    const ctx = this.ctx;
+    const c = this.queryColors();
+    const X0 = this.gutter;
+    const scale = this.plotWidth() / (this.view[1] - this.view[0]);
+    const x = (t) => X0 + (t - this.view[0]) * scale;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(X0, 0, this.width - X0, RULER_H);
+    ctx.clip();
+    ctx.fillStyle = c.highlight;
+    let last = -2;
+    for (const hit of this.searchHits) {
+      const px = Math.round(x(Number(hit.ts)));
+      if (px < X0 || px > this.width || px === last) continue;
+      last = px;
+      ctx.fillRect(px, RULER_H - 6, 2, 5);
+    }
+    for (const mark of this.marks) {
+      const px = Math.round(x(Number(mark.ts)));
+      if (px < X0 - 8 || px > this.width) continue;
+      ctx.fillStyle = c.mark;
+      ctx.fillRect(px, 3, 1, RULER_H - 4);
+      ctx.beginPath();
+      ctx.moveTo(px + 1, 3);
+      ctx.lineTo(px + 8, 6);
+      ctx.lineTo(px + 1, 9);
+      ctx.closePath();
+      ctx.fill();
+    }
+    if (this.currentHit) {
+      const px = x(Number(this.currentHit.ts));
+      if (px >= X0 - 6 && px <= this.width + 6) this.drawCaret(px, RULER_H - 1, c.accent, 5);
+    }
+    if (this.range && x(this.range[1]) >= X0 && x(this.range[0]) <= this.width) {
+      const xa = x(this.range[0]);
+      const xb = x(this.range[1]);
+      const label = formatDuration(this.range[1] - this.range[0]);
+      ctx.font = BOLD_FONT;
+      const w = ctx.measureText(label).width + 12;
+      const mid = Math.min(Math.max((Math.max(xa, X0) + Math.min(xb, this.width)) / 2, X0 + w / 2 + 2), this.width - w / 2 - 2);
+      ctx.fillStyle = c.accent;
+      ctx.fillRect(Math.max(xa, X0), RULER_H - 3, Math.max(1, Math.min(xb, this.width) - Math.max(xa, X0)), 2);
+      ctx.fillRect(mid - w / 2, 3, w, RULER_H - 8);
+      ctx.fillStyle = c.bg;
+      ctx.textAlign = 'center';
+      ctx.fillText(label, mid, 3 + (RULER_H - 8) / 2 + 0.5);
+      ctx.textAlign = 'start';
+    }
+    ctx.restore();
+    ctx.font = FONT;
   }
 
   /**
@@ -307,12 +662,14 @@ export class Timeline {
       this.drawItems(f);
       for (const k of this.kinds) k.drawOver(this, f);
       this.drawNotLoaded(f.X0, f.scale);
+      this.drawQuery(f);
       this.drawHighlights(f);
       ctx.restore();
       this.drawGutter(m);
       this.drawScrollbar();
     }
     this.drawRuler();
+    this.drawQueryRuler();
     const now = performance.now();
     this.frames += 1;
     this.lastDrawMs = now - started;
@@ -424,7 +781,7 @@ export class Timeline {
     if (this.contentH <= visible) return;
     const h = Math.max(20, (visible * visible) / this.contentH);
     const y = RULER_H + ((visible - h) * this.scrollY) / (this.contentH - visible);
-    this.ctx.fillStyle = 'rgba(0,0,0,0.25)';
+    this.ctx.fillStyle = COLORS.scrollbar;
     this.ctx.fillRect(this.width - 6, y, 4, h);
   }
 
@@ -516,6 +873,7 @@ export class Timeline {
     c.addEventListener('pointerup', (e) => this.onPointerUp(e));
     c.addEventListener('pointercancel', () => {
       this.drag = null;
+      this.canvas.classList.remove('tbr-dragging', 'tbr-ranging');
     });
     c.addEventListener('pointerleave', () => {
       this.mouse.inside = false;
@@ -555,8 +913,15 @@ export class Timeline {
     if (e.button !== 0) return;
     this.canvas.focus({preventScroll: true});
     const [x, y] = this.localPoint(e);
-    this.drag = {x, y, lastX: x, lastY: y, moved: false, id: e.pointerId};
+    // shift+drag over the plot selects a time range; a plain drag pans
+    const range = e.shiftKey && !!this.view && x >= this.gutter && y >= 0;
+    this.drag = {x, y, lastX: x, lastY: y, moved: false, id: e.pointerId, range, anchor: range ? this.timeAt(x) : 0};
     this.canvas.setPointerCapture(e.pointerId);
+  }
+
+  /** The absolute time (µs) at canvas x. */
+  timeAt(x) {
+    return this.view[0] + ((x - this.gutter) * (this.view[1] - this.view[0])) / this.plotWidth();
   }
 
   onPointerMove(e) {
@@ -568,8 +933,14 @@ export class Timeline {
     if (d) {
       if (!d.moved && Math.abs(x - d.x) + Math.abs(y - d.y) > 3) {
         d.moved = true;
-        this.canvas.classList.add('tbr-dragging');
+        this.canvas.classList.add(d.range ? 'tbr-ranging' : 'tbr-dragging');
         this.setHover(null, 0, 0);
+      }
+      if (d.moved && d.range) {
+        const t = this.timeAt(Math.min(Math.max(x, this.gutter), this.width));
+        this.setRange([Math.min(d.anchor, t), Math.max(d.anchor, t)]);
+        if (this.range) this.onRange(this.range.slice(), false);
+        return;
       }
       if (d.moved) {
         this.panPx(d.lastX - x);
@@ -585,8 +956,12 @@ export class Timeline {
   onPointerUp(e) {
     const d = this.drag;
     this.drag = null;
-    this.canvas.classList.remove('tbr-dragging');
+    this.canvas.classList.remove('tbr-dragging', 'tbr-ranging');
     if (this.canvas.hasPointerCapture(e.pointerId)) this.canvas.releasePointerCapture(e.pointerId);
+    if (d && d.moved && d.range) {
+      if (this.range) this.onRange(this.range.slice(), true);
+      return;
+    }
     if (!d || d.moved) return;
     const [x, y] = this.localPoint(e);
     const hit = this.hitTest(x, y);

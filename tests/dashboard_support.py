@@ -68,8 +68,8 @@ class TensorBoardServer:
     """`tensorboard --load_fast=false` on a free port, as a user runs it (`tensorboard_process`
     starts, waits for and stops it), with the plugin's routes at hand."""
 
-    def __init__(self, logdir: Path, cache_dir: Path) -> None:
-        self.tb = start_tensorboard(logdir, cache_dir, "--load_fast=false")
+    def __init__(self, logdir: Path, cache_dir: Path, *flags: str) -> None:
+        self.tb = start_tensorboard(logdir, cache_dir, "--load_fast=false", *flags)
         self.base = self.tb.url.rstrip("/")
 
     def plugin_url(self, route: str) -> str:

@@ -10,6 +10,7 @@
 import {fetchTags, fetchScalars, fetchWaveforms} from '../api.js';
 import {el, setChildren} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
+import {COLORS} from '../tracks/common.js';
 import {classicSmoothing, DEFAULT_SMOOTHING, MAX_SMOOTHING, toNumber} from '../smoothing.js';
 import {analyzeSeries, anomaliesOf, anomalySummary, finiteRange, formatValue, niceTicks, padRange, planSeries,
   seriesColor} from './series_draw.js';
@@ -645,8 +646,8 @@ export class WaveformPanel {
   /** The slowest steps (by step time, from the server): a red ring on the point and a tick above it. */
   paintSlowest(e, sc) {
     const ctx = this.ctx;
-    ctx.strokeStyle = '#c5221f';
-    ctx.fillStyle = '#c5221f';
+    ctx.strokeStyle = COLORS.slowest;
+    ctx.fillStyle = COLORS.slowest;
     ctx.lineWidth = 1.6;
     for (const i of e.slowest) {
       const x = sc.toX(e.xs[i]);
@@ -710,7 +711,7 @@ export class WaveformPanel {
   drawAxes(sc) {
     const ctx = this.ctx;
     const {x0, x1, y0, y1} = sc;
-    ctx.fillStyle = '#fff';
+    ctx.fillStyle = COLORS.plotBg;
     ctx.fillRect(x0, y0, x1 - x0, y1 - y0);
     ctx.textBaseline = 'middle';
     ctx.lineWidth = 1;
@@ -718,12 +719,12 @@ export class WaveformPanel {
     const grid = (ticks, line) => {
       for (const t of ticks) {
         const [ax, ay, bx, by, lx, ly] = line(t);
-        ctx.strokeStyle = 'rgba(0,0,0,0.07)';
+        ctx.strokeStyle = COLORS.plotGrid;
         ctx.beginPath();
         ctx.moveTo(ax, ay);
         ctx.lineTo(bx, by);
         ctx.stroke();
-        ctx.fillStyle = '#5f6368';
+        ctx.fillStyle = COLORS.mutedText;
         ctx.fillText(formatValue(t), lx, ly);
       }
     };
@@ -738,10 +739,10 @@ export class WaveformPanel {
       const x = Math.round(sc.toX(t)) + 0.5;
       return [x, y0, x, y1, x, y1 + 5];
     });
-    ctx.strokeStyle = '#d9d9de';
+    ctx.strokeStyle = COLORS.plotBorder;
     ctx.strokeRect(x0 + 0.5, y0 + 0.5, x1 - x0 - 1, y1 - y0 - 1);
     ctx.textAlign = 'left';
-    ctx.fillStyle = '#5f6368';
+    ctx.fillStyle = COLORS.mutedText;
     ctx.textBaseline = 'middle';
     ctx.fillText('step', 6, y1 + 11);
     const e = this.entries.find((en) => en.name);
@@ -865,7 +866,7 @@ export class WaveformPanel {
     const e = h.entry;
     const ctx = this.ctx;
     const x = Math.round(sc.toX(e.xs[h.index])) + 0.5;
-    ctx.strokeStyle = 'rgba(0,0,0,0.35)';
+    ctx.strokeStyle = COLORS.plotHoverLine;
     ctx.lineWidth = 1;
     ctx.beginPath();
     ctx.moveTo(x, sc.y0);
@@ -875,7 +876,7 @@ export class WaveformPanel {
       if (!vals || !Number.isFinite(vals[h.index])) continue;
       ctx.beginPath();
       ctx.arc(x, sc.toY(vals[h.index]), r, 0, 2 * Math.PI);
-      ctx.fillStyle = '#fff';
+      ctx.fillStyle = COLORS.plotBg;
       ctx.fill();
       ctx.strokeStyle = e.color;
       ctx.lineWidth = 2;

@@ -1,20 +1,27 @@
 // Counters: one row per series, drawn as a step line; dense stretches become one
 // min–max bar per pixel column. Owns the layout rows of kind 'counter'.
-import {strokeForName} from '../color.js';
+import {hashString, strokeForName} from '../color.js';
 import {formatDuration} from '../format.js';
 import {lowerBound} from '../model.js';
-import {COLORS, COUNTER_H, defineTrack, trimNumber} from './common.js';
+import {COLORS, COUNTER_H, THEME, defineTrack, trimNumber} from './common.js';
+
+/** A series' line colour: darker on the light background, lighter on the dark one. */
+function counterStroke(label) {
+  return THEME.dark ? `hsl(${hashString(String(label)) % 360} 65% 70%)` : strokeForName(label);
+}
 
 export const counterTrack = defineTrack({
   kind: 'counter',
   row: 'counter',
 
   init() {
-    return {colors: []};
+    return {colors: [], theme: -1};
   },
 
   prepare(tl, m) {
-    tl.stateOf(this).colors = m.counters.map((c) => strokeForName(c.label));
+    const st = tl.stateOf(this);
+    st.colors = m.counters.map((c) => counterStroke(c.label));
+    st.theme = THEME.version;
   },
 
   rows(tl, m, proc) {
@@ -47,7 +54,9 @@ export const counterTrack = defineTrack({
     const range = c.max - c.min || 1;
     const yOf = (v) => top + height - ((v - c.min) / range) * height;
     let i = Math.max(0, lowerBound(c.ts, vs, 0, n) - 1);
-    ctx.strokeStyle = tl.stateOf(this).colors[item.index];
+    const st = tl.stateOf(this);
+    if (st.theme !== THEME.version) this.prepare(tl, m);
+    ctx.strokeStyle = st.colors[item.index];
     ctx.lineWidth = 1;
     ctx.beginPath();
     let px = Math.round(X0 + (c.ts[i] - vs) * scale);

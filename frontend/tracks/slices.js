@@ -8,7 +8,7 @@
 import {colorForName} from '../color.js';
 import {formatCount, formatDuration} from '../format.js';
 import {FLAG_SUMMARY, lowerBound, summaryInfo} from '../model.js';
-import {COLORS, EMPTY_TRACK_H, LABEL_MIN_PX, ROW_H, RULER_H, SLICE_H, TRACK_PAD, defineTrack, fitText} from './common.js';
+import {COLORS, EMPTY_TRACK_H, LABEL_MIN_PX, ROW_H, RULER_H, SLICE_H, THEME, TRACK_PAD, defineTrack, fitLabel, fitText, shortForms} from './common.js';
 
 /** y (canvas px) of a slice row's middle, or null when its track is not laid out (flows draw to it). */
 export function sliceRowY(tl, track, depth) {
@@ -21,9 +21,9 @@ export const sliceTrack = defineTrack({
   kind: 'slice',
   row: 'track',
 
-  /** Per timeline: a colour per name, the label cache, the summary hatch. */
+  /** Per timeline: a colour per name, the label cache, the summary hatch (made per theme). */
   init(tl) {
-    return {colors: [], labels: new Map(), hatch: makeHatch(tl.ctx)};
+    return {colors: [], labels: new Map(), hatch: makeHatch(tl.ctx), hatchTheme: THEME.version};
   },
 
   prepare(tl, m) {
@@ -166,6 +166,10 @@ function drawRow(tl, st, f, row, y) {
   }
   let i = lo;
   let style = null;
+  if (st.hatchTheme !== THEME.version) { // the theme changed: the hatch's stripes follow it
+    st.hatch = makeHatch(ctx);
+    st.hatchTheme = THEME.version;
+  }
   while (i < b) {
     const ts = s.ts[i];
     if (ts > ve) break;
@@ -211,7 +215,11 @@ function drawRow(tl, st, f, row, y) {
   }
 }
 
-/** A slice's name (summaries: "N folded · name") cut to its width; cut labels are cached. */
+/**
+ * A slice's name (summaries: "N folded · name") in its width: when the whole name does not
+ * fit, its most telling short form that does (`ProfilerStep#17` → `#17`, `aten::conv2d` →
+ * `conv2d`, see common.js shortForms), else cut; labels are cached per name and width.
+ */
 function drawLabel(tl, st, m, i, x0, x1, y) {
   const {ctx} = tl;
   const left = Math.max(x0, tl.gutter) + 3;
@@ -221,16 +229,20 @@ function drawLabel(tl, st, m, i, x0, x1, y) {
   const key = (summary ? (m.names.length + i) : m.slices.name[i]) * 1024 + Math.min(maxChars, 1023);
   let text = st.labels.get(key);
   if (text === undefined) {
-    let full = m.names[m.slices.name[i]];
+    const name = m.names[m.slices.name[i]];
     if (summary) {
       const info = summaryInfo(m, m.slices.k[i]);
-      full = `${info ? formatCount(info.count) : '?'} folded · ${full}`;
+      const count = info ? formatCount(info.count) : '?';
+      const forms = [name, ...shortForms(name)];
+      const candidates = [...forms.map((f) => `${count} folded · ${f}`), ...forms.map((f) => `${count}× ${f}`)];
+      text = candidates.find((c) => c.length <= maxChars) || fitText(candidates[candidates.length - 1], maxChars);
+    } else {
+      text = fitLabel(name, maxChars);
     }
-    text = fitText(full, maxChars);
     if (st.labels.size > 50000) st.labels.clear();
     st.labels.set(key, text);
   }
-  ctx.fillStyle = summary ? '#303036' : COLORS.text;
+  ctx.fillStyle = summary ? COLORS.summaryText : COLORS.sliceText;
   ctx.fillText(text, left, y + SLICE_H / 2 + 0.5);
 }
 
