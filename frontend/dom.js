@@ -41,3 +41,20 @@ export function ensureStylesheet(href) {
   const link = el('link', {rel: 'stylesheet', href, 'data-tbr-css': true});
   document.head.append(link);
 }
+
+/**
+ * Sizes a canvas to W×H CSS pixels with a backing store in device pixels (sharp on HiDPI),
+ * only when that changes (a resize clears it); returns its 2D context, scaled and cleared.
+ */
+export function sizeCanvas(canvas, ctx, W, H) {
+  const dpr = window.devicePixelRatio || 1;
+  if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(H * dpr)) {
+    canvas.width = Math.round(W * dpr);
+    canvas.height = Math.round(H * dpr);
+    canvas.style.width = `${W}px`;
+    canvas.style.height = `${H}px`;
+  }
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, W, H);
+  return ctx;
+}

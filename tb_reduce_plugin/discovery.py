@@ -228,41 +228,42 @@ class TreeWalk:
                     return
                 if entry.name.startswith("."):
                     continue
+                target: Optional[str] = None  # the folder to walk, for a folder or a link to one
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        child = os.path.join(real, entry.name)
-                        if self.exclude and child in self.exclude:
-                            continue
-                        if depth >= MAX_DEPTH:
-                            self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
-                            continue
-                        entered.add(child)
-                        stack.append((entry.path, child, depth + 1))
-                        continue
-                    if entry.is_symlink() and entry.is_dir():  # a link to a folder
+                        target = os.path.join(real, entry.name)
+                    elif entry.is_symlink() and entry.is_dir():  # a link to a folder
                         if not self.follow_symlinks:
                             self.skipped.append((entry.path, "a link to a folder, not followed "
                                                              "(--tb_reduce_follow_symlinks=false)"))
                             continue
                         target = os.path.realpath(entry.path)
-                        if target in self.exclude:
+                        why = _walked_already(target, entered, root_real)
+                        if why is not None and target not in self.exclude:
+                            self.skipped.append((entry.path, why))
                             continue
-                        if target in entered or root_real.startswith(target + os.sep) or target == root_real:
-                            self.skipped.append((entry.path, "a link to a folder walked already (a loop)"))
-                            continue
-                        if target.startswith(root_real + os.sep):
-                            self.skipped.append((entry.path, "a link to a folder inside the logdir, "
-                                                             "listed under its own name"))
-                            continue
-                        if depth >= MAX_DEPTH:
-                            self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
-                            continue
-                        entered.add(target)
-                        stack.append((entry.path, target, depth + 1))
-                        continue
                 except OSError:
                     continue
-                yield directory, entry
+                if target is None:
+                    yield directory, entry
+                    continue
+                if target in self.exclude:
+                    continue
+                if depth >= MAX_DEPTH:
+                    self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
+                    continue
+                entered.add(target)
+                stack.append((entry.path, target, depth + 1))
+
+
+def _walked_already(target: str, entered: set[str], root: str) -> Optional[str]:
+    """Why a linked folder is not walked: it was (a loop), it holds the root (a loop
+    through it), or it is inside the root (walked under its own name); else None."""
+    if target in entered or target == root or root.startswith(target + os.sep):
+        return "a link to a folder walked already (a loop)"
+    if target.startswith(root + os.sep):
+        return "a link to a folder inside the logdir, listed under its own name"
+    return None
 
 
 def events_folder(trace_dir: str) -> str:

@@ -138,13 +138,7 @@ def view_params(request: wrappers.Request) -> tuple[str, str, Any, Optional[floa
         level = parse_level(raw_level)
     except TraceError as exc:
         raise RequestError(400, str(exc)) from None
-    start, end = _float_param(request, "start_us"), _float_param(request, "end_us")
-    if (start is None) != (end is None):
-        raise RequestError(400, "give both start_us and end_us, or neither")
-    try:
-        check_window(start, end)
-    except TraceError as exc:
-        raise RequestError(400, str(exc)) from None
+    start, end = _range_params(request)
     return run, host, level, start, end
 
 

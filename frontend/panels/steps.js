@@ -11,7 +11,7 @@
 // carries (`ProfilerStep#N` slices, an XProf "Steps" line) — an older server, or a
 // failed derivation. A trace without steps gets one line saying why, and no strip.
 import {fetchWaveforms} from '../api.js';
-import {el, setChildren} from '../dom.js';
+import {el, setChildren, sizeCanvas} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {FLAG_SUMMARY} from '../model.js';
 import {COLORS, FONT} from '../tracks/common.js';
@@ -298,16 +298,7 @@ export class StepStrip {
     const rect = this.plot.getBoundingClientRect();
     const W = Math.max(60, Math.floor(rect.width));
     const H = STRIP_H;
-    const dpr = window.devicePixelRatio || 1;
-    if (this.canvas.width !== Math.round(W * dpr) || this.canvas.height !== Math.round(H * dpr)) {
-      this.canvas.width = Math.round(W * dpr);
-      this.canvas.height = Math.round(H * dpr);
-      this.canvas.style.width = `${W}px`;
-      this.canvas.style.height = `${H}px`;
-    }
-    const ctx = this.ctx;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, W, H);
+    const ctx = sizeCanvas(this.canvas, this.ctx, W, H);
     const steps = this.steps;
     const n = steps.length;
     const values = steps.map(stepMs);

@@ -8,7 +8,7 @@
 // live sidecar kept as an anomaly (an anomaly run whose report names the shown
 // window) gets an orange ⚠ above the plot; clicking it opens that anomaly run.
 import {fetchTags, fetchScalars, fetchWaveforms} from '../api.js';
-import {el, setChildren} from '../dom.js';
+import {el, setChildren, sizeCanvas} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {COLORS} from '../tracks/common.js';
 import {classicSmoothing, DEFAULT_SMOOTHING, MAX_SMOOTHING, toNumber} from '../smoothing.js';
@@ -500,16 +500,7 @@ export class WaveformPanel {
     const rect = this.plot.getBoundingClientRect();
     const W = Math.max(100, Math.floor(rect.width));
     const H = PLOT_H;
-    const dpr = window.devicePixelRatio || 1;
-    if (this.canvas.width !== Math.round(W * dpr) || this.canvas.height !== Math.round(H * dpr)) {
-      this.canvas.width = Math.round(W * dpr);
-      this.canvas.height = Math.round(H * dpr);
-      this.canvas.style.width = `${W}px`;
-      this.canvas.style.height = `${H}px`;
-    }
-    const ctx = this.ctx;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, W, H);
+    const ctx = sizeCanvas(this.canvas, this.ctx, W, H);
     ctx.font = FONT;
     const sc = this.scales(W, H);
     this.sc = sc;

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..errors import BadQuery
 from ..model import EventTable
-from ..reduction import name_rank, prepared_bytes, slices_of
+from ..reduction import name_rank, slices_of
 from .nesting import parents_of
-from .search import SLICES_BYTES_PER_EVENT, check_page, check_range, name_text
+from .search import check_page, check_range, name_text, peak_bytes
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
@@ -38,12 +38,7 @@ FIRST_BYTES_PER_EVENT = 64
 
 def working_bytes(t: EventTable) -> int:
     """What a range table of `t` may hold at its peak, counting the state it would prepare first."""
-    need = WARM_BYTES_PER_EVENT
-    if not prepared_bytes(t):  # no slices yet
-        need += SLICES_BYTES_PER_EVENT + FIRST_BYTES_PER_EVENT
-    elif getattr(slices_of(t), "_parents", None) is None:
-        need += FIRST_BYTES_PER_EVENT
-    return need * len(t)
+    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "_parents")
 
 
 def id_text(value: Any) -> str:

@@ -181,11 +181,17 @@ def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
 
 def working_bytes(t: EventTable) -> int:
     """What a search of `t` may hold at its peak, counting the state it would prepare first."""
-    need = WARM_BYTES_PER_EVENT
+    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "_searchable")
+
+
+def peak_bytes(t: EventTable, warm: int, first: int, prepared: str) -> int:
+    """`warm` bytes an event, plus `first` when the state kept on the slice table as
+    `prepared` is still to be made, plus the slices themselves when no view made them."""
+    need = warm
     if not prepared_bytes(t):  # no slices yet
-        need += SLICES_BYTES_PER_EVENT + FIRST_BYTES_PER_EVENT
-    elif getattr(slices_of(t), "_searchable", None) is None:
-        need += FIRST_BYTES_PER_EVENT
+        need += SLICES_BYTES_PER_EVENT + first
+    elif getattr(slices_of(t), prepared, None) is None:
+        need += first
     return need * len(t)
 
 
