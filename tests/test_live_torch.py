@@ -23,16 +23,21 @@ SLOW_STEP = 27  # in the third window (steps 26-28)
 SLOW_S = 0.4
 
 
-@pytest.fixture(scope="module")
-def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Windows of a real loop: every step sleeps 50-80 ms (noise within 2x), one step 400 ms more."""
-    folder = tmp_path_factory.mktemp("torch") / "profiles"
+ATTEMPTS = 3
+CALM = 1.6  # a step of the noise at most this × the median of the steps before it (the trigger fires at 2×)
+
+
+def _record(folder: Path) -> list[float]:
+    """Windows of a real loop: every step sleeps 50-80 ms (noise within 2x), one step 400 ms more;
+    returns each step's wall time."""
     rnd = random.Random(3)
     model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+    took = []
     with torch_schedule(folder, every=EVERY, window_steps=ACTIVE) as w:
         for step in range(STEPS):
+            began = time.perf_counter()
             with torch.profiler.record_function("data_wait"):
                 time.sleep(rnd.uniform(0.05, 0.08))
             if step == SLOW_STEP:
@@ -42,8 +47,25 @@ def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
             w.step()
+            took.append(time.perf_counter() - began)
     assert w.failures == 0
-    return folder
+    return took
+
+
+def _calm(took: list[float]) -> bool:
+    """No step but the slow one stands out: a busy machine (other tests on its 2 cores) can stretch
+    a step past 2× its neighbours, which the triggers rightly report, but this test is about them
+    finding the planted step, so such a recording is made again."""
+    return all(took[k] <= CALM * sorted(took[k - 5:k])[2] for k in range(5, STEPS) if k != SLOW_STEP)
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for attempt in range(ATTEMPTS):
+        folder = tmp_path_factory.mktemp("torch") / "profiles"
+        if _calm(_record(folder)) or attempt == ATTEMPTS - 1:
+            return folder
+    raise AssertionError("unreachable")
 
 
 def test_windows_are_saved_whole_off_the_training_thread(windows: Path) -> None:
