@@ -23,12 +23,11 @@ from typing import Optional
 import numpy as np
 
 from .errors import TraceError
+from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable
+from .prepared import prepared_of
 from .slices import SliceTable, build_slices
 
-RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}
-LEVELS = (0, 1, 2, 3, 4)
-MAX_RESOLUTION = 1_000_000  # buckets a window may be cut into: planning's arrays stay per event, not per bucket
 TOP_NAMES = 5
 MIN_WINDOW_US = 1e-6
 
@@ -100,12 +99,12 @@ def check_window(start_us: Optional[float], end_us: Optional[float]) -> None:
 
 
 def default_window(t: EventTable) -> tuple[float, float]:
-    """The whole trace: first timestamp to last end. Cached per table."""
-    cached = getattr(t, "_default_window", None)
-    if cached is None:
-        cached = _default_window(t)
-        object.__setattr__(t, "_default_window", cached)
-    return cached
+    """The whole trace: first timestamp to last end. Prepared once per table."""
+    p = prepared_of(t)
+    window = p.default_window
+    if window is None:
+        window = p.default_window = _default_window(t)
+    return window
 
 
 def events_in_window(t: EventTable, t0: float, t1: float) -> int:
@@ -128,35 +127,13 @@ def _default_window(t: EventTable) -> tuple[float, float]:
     return (t0, t1) if t1 > t0 else (t0, t0 + 1.0)
 
 
-_PREPARED = ("_default_window", "_slices", "_static", "_name_rank")
-
-
-def prepared_bytes(t: EventTable) -> int:
-    """Memory of the planning state prepared on `t` (slices, static masks, orders, flow
-    binding): it lives as long as the table, so the memory budget counts it."""
-    seen: set[int] = set()
-
-    def size(obj: object, depth: int = 0) -> int:
-        if id(obj) in seen or depth > 4:
-            return 0
-        seen.add(id(obj))
-        if isinstance(obj, np.ndarray):
-            return obj.nbytes if obj.base is None else 0  # views share their base's memory
-        if isinstance(obj, (list, tuple)):
-            return sum(size(o, depth + 1) for o in obj)
-        fields = getattr(obj, "__dict__", None)
-        return sum(size(o, depth + 1) for o in fields.values()) if fields else 0
-
-    return sum(size(getattr(t, name, None)) for name in _PREPARED)
-
-
 def slices_of(t: EventTable) -> SliceTable:
-    """Slices are level- and window-independent: computed once per table."""
-    cached = getattr(t, "_slices", None)
-    if cached is None:
-        cached = build_slices(t)
-        object.__setattr__(t, "_slices", cached)
-    return cached
+    """Slices are level- and window-independent: prepared once per table."""
+    p = prepared_of(t)
+    sl = p.slices
+    if sl is None:
+        sl = p.slices = build_slices(t)
+    return sl
 
 
 class _Buckets:
@@ -237,8 +214,9 @@ class _Static:
 
 
 def _static(t: EventTable, sl: SliceTable) -> _Static:
-    cached = getattr(t, "_static", None)
-    if cached is None:
+    p = prepared_of(t)
+    st = p.static
+    if st is None:
         has_ts = ~np.isnan(t.ts)
         always = np.zeros(len(t), dtype=bool)
         always[t.ph == PH_M] = True
@@ -246,9 +224,8 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
         always[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
         handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
         order = _track_start_order(sl)
-        cached = _Static(has_ts, always, handled, order)
-        object.__setattr__(t, "_static", cached)
-    return cached
+        st = p.static = _Static(has_ts, always, handled, order)
+    return st
 
 
 def _track_start_order(sl: SliceTable) -> np.ndarray:
@@ -266,17 +243,18 @@ def _track_start_order(sl: SliceTable) -> np.ndarray:
 
 def name_rank(t: EventTable) -> np.ndarray:
     """Rank of each name id in name order (strings by value, then others by JSON),
-    the tie-break of a summary's top names. Distinct names only: cached per table."""
-    cached = getattr(t, "_name_rank", None)
-    if cached is None:
+    the tie-break of a summary's top names. Distinct names only: prepared once per table."""
+    p = prepared_of(t)
+    rank = p.name_rank
+    if rank is None:
         def key(i: int) -> tuple:
             v = t.names[i]
             return (0, v) if isinstance(v, str) else (1, json.dumps(v, sort_keys=True, separators=(",", ":")))
 
-        cached = np.empty(len(t.names), dtype=np.int64)
-        cached[sorted(range(len(t.names)), key=key)] = np.arange(len(t.names))
-        object.__setattr__(t, "_name_rank", cached)
-    return cached
+        rank = np.empty(len(t.names), dtype=np.int64)
+        rank[sorted(range(len(t.names)), key=key)] = np.arange(len(t.names))
+        p.name_rank = rank
+    return rank
 
 
 def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
@@ -421,7 +399,7 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
     whole or not at all, so no end ever dangles.
 
     Where each flow event lands among its track's slices does not depend on the
-    level or the window, so it is found once per table (`_flow_binding`); a plan
+    level or the window, so it is prepared once per table (`_flow_binding`); a plan
     only looks up which of those slices it keeps.
     """
     fb = _flow_binding(t, sl)
@@ -484,9 +462,9 @@ class _FlowBinding:
 
 
 def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
-    cached = getattr(sl, "_flow_binding", None)
-    if cached is not None:
-        return cached
+    prep = prepared_of(t)
+    if prep.flow_binding is not None:
+        return prep.flow_binding
     fidx = np.flatnonzero(t.flow_key >= 0)
     order = np.lexsort((-sl.end, sl.start, sl.track)) if len(fidx) else np.zeros(0, dtype=np.int64)
     strack, sstart, send = sl.track[order], sl.start[order], sl.end[order]
@@ -518,6 +496,5 @@ def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
         hi_next = np.where(exact < len(starts), hi_next, len(starts))
         segments.append(_FlowSegment(lo_f, hi_f, a, b, pc, direct, between, lo_next, hi_next,
                                      t.bind_enclosing[fsorted[lo_f:hi_f]], ts, tol))
-    fb = _FlowBinding(fidx, forder, order, sstart, send, segments)
-    object.__setattr__(sl, "_flow_binding", fb)  # level- and window-independent: once per table
+    fb = prep.flow_binding = _FlowBinding(fidx, forder, order, sstart, send, segments)  # level- and window-independent
     return fb

@@ -22,6 +22,7 @@ from plugin_support import JAX_SMALL, body_json, client, get, make_plugin, requi
 
 from tb_reduce_plugin.chrome_json import ChromeJsonEvents, ChromeJsonReader
 from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.levels import args_policy
 from tb_reduce_plugin.model import decode_events, valid_utf8
 from tb_reduce_plugin.pipeline import TraceIndex, event_json, index_file, reduce_index
 from tb_reduce_plugin.sources import TraceStream
@@ -172,7 +173,7 @@ def test_the_writer_never_emits_a_lone_surrogate_or_an_invalid_byte() -> None:
     assert json.loads(dumps({"k": "a\udc80", "big": 2**70}).decode("utf-8")) == {"k": "a" + FFFD, "big": 2**70}
     raw = b'{"ph":"X","name":"n","args":{"s":"' + b"x" * 300 + b'\xc3","bind_id":1}}'
     for level in LEVELS:
-        out = json.loads(valid_utf8(transform(raw, level)).decode("utf-8"))
+        out = json.loads(valid_utf8(transform(raw, args_policy(level))).decode("utf-8"))
         if level <= 1:
             assert out["args"]["s"] == "x" * 300 + FFFD
         elif level == 2:

@@ -30,6 +30,7 @@ from isal import igzip, isal_zlib
 from .. import FORMAT_VERSION
 from ..cache import Body, MemoryBody, key_digest
 from ..discovery import TraceFile
+from ..levels import ArgsPolicy
 from ..model import PH_B, PH_X
 from ..pipeline import TraceIndex, event_json
 from ..reduction import default_window, slices_of
@@ -178,7 +179,7 @@ class ProfileTabAnswers:
             hits = np.union1d(hits, sl.partner[opened])
         clock, span_ms, _ = _clock_and_span(idx)
         events: list[dict] = []
-        for block in idx.source.events(hits, 3) if len(hits) else ():
+        for block in idx.source.events(hits, ArgsPolicy.DROP) if len(hits) else ():
             for raw in block:
                 e = orjson.loads(raw)
                 if isinstance(e, dict):

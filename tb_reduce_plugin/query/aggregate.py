@@ -38,7 +38,7 @@ FIRST_BYTES_PER_EVENT = 64
 
 def working_bytes(t: EventTable) -> int:
     """What a range table of `t` may hold at its peak, counting the state it would prepare first."""
-    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "_parents")
+    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "parents")
 
 
 def id_text(value: Any) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import EventTable
+from ..prepared import prepared_of
 from ..reduction import slices_of
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
@@ -65,14 +66,14 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
 
 
 def parents_of(t: EventTable) -> np.ndarray:
-    """`direct_parents` of the table's slices, computed once per table.
+    """`direct_parents` of the table's slices, prepared once per table.
 
-    Kept on the slice table, whose memory the index already counts as planning state
-    (`reduction.prepared_bytes`), so the budget sees it.
+    Kept in the table's prepared state (`prepared.Prepared.parents`), whose memory the
+    index counts (`TraceIndex.memory_bytes`), so the budget sees it.
     """
-    sl = slices_of(t)
-    cached = getattr(sl, "_parents", None)
-    if cached is None:
-        cached = direct_parents(sl.track, sl.start, sl.end)
-        object.__setattr__(sl, "_parents", cached)
-    return cached
+    p = prepared_of(t)
+    parents = p.parents
+    if parents is None:
+        sl = slices_of(t)
+        parents = p.parents = direct_parents(sl.track, sl.start, sl.end)
+    return parents

@@ -28,7 +28,8 @@ import re2
 
 from ..errors import BadQuery, TraceError
 from ..model import INSTANT_PHASES, EventTable
-from ..reduction import check_window, prepared_bytes, slices_of
+from ..prepared import prepared_of
+from ..reduction import check_window, slices_of
 from ..slices import SliceTable
 
 MAX_QUERY_CHARS = 1000
@@ -159,14 +160,13 @@ class _Searchable:
 
 def searchable_of(t: EventTable) -> _Searchable:
     """Slices (X, and the B of each matched B/E pair) and instants (i, I, R) with a time,
-    sorted by (ts, input index): computed once per table, kept on its slice table (whose
-    memory the index counts as planning state)."""
-    sl = slices_of(t)
-    cached = getattr(sl, "_searchable", None)
-    if cached is None:
-        cached = _build_searchable(t, sl)
-        object.__setattr__(sl, "_searchable", cached)
-    return cached
+    sorted by (ts, input index): prepared once per table (`prepared.Prepared.searchable`,
+    whose memory the index counts)."""
+    p = prepared_of(t)
+    state = p.searchable
+    if state is None:
+        state = p.searchable = _build_searchable(t, slices_of(t))
+    return state
 
 
 def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
@@ -181,16 +181,18 @@ def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
 
 def working_bytes(t: EventTable) -> int:
     """What a search of `t` may hold at its peak, counting the state it would prepare first."""
-    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "_searchable")
+    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "searchable")
 
 
-def peak_bytes(t: EventTable, warm: int, first: int, prepared: str) -> int:
-    """`warm` bytes an event, plus `first` when the state kept on the slice table as
-    `prepared` is still to be made, plus the slices themselves when no view made them."""
+def peak_bytes(t: EventTable, warm: int, first: int, state: str) -> int:
+    """`warm` bytes an event, plus `first` when the prepared state `state` (a field of
+    `prepared.Prepared`) is still to be made, plus the slices themselves when no view
+    or query made them."""
+    p = prepared_of(t)
     need = warm
-    if not prepared_bytes(t):  # no slices yet
+    if not p.ready("slices"):
         need += SLICES_BYTES_PER_EVENT + first
-    elif getattr(slices_of(t), prepared, None) is None:
+    elif not p.ready(state):
         need += first
     return need * len(t)
 
