@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 6006
 
-.PHONY: venv test lint demo bench clean
+.PHONY: venv test test-pure asan fuzz native lint demo bench clean
 
 # The demo needs the package alone; the tests add their extras (jax, torch, playwright, XProf).
-$(VENV)/.installed-demo: setup.py
+# The install builds the native scanner (tb_reduce_plugin/_scan.c) in place.
+$(VENV)/.installed-demo: setup.py tb_reduce_plugin/_scan.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -24,6 +25,30 @@ lint: venv
 
 test: venv lint
 	$(PY) -m pytest -q -rs -n auto tests
+
+# The same suite with the native scanner switched off: the pure-Python paths must give
+# the same results (CI runs both).
+test-pure: venv
+	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto tests
+
+# Rebuild the native scanner in place after editing _scan.c.
+native: venv
+	$(PY) setup.py -q build_ext --inplace --force
+
+# The scanner built with AddressSanitizer and UBSan (build/asan, the installed one is
+# untouched), run over its tests, the fuzzer (FUZZ_SECONDS) and every corpus trace.
+FUZZ_SECONDS ?= 60
+ASAN_SO = build/asan/tb_reduce_plugin/_scan$(shell $(PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+asan: venv
+	TB_REDUCE_SANITIZE=1 $(PY) setup.py -q build_ext --build-lib build/asan --build-temp build/asan-tmp --force
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	TB_REDUCE_SCAN_PATH=$(CURDIR)/$(ASAN_SO) TB_REDUCE_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests/test_native_scanner.py tests/test_native_fuzz.py tests/test_xspace_native.py
+
+# A longer fuzzing run of the native scanner against the pure-Python path.
+fuzz: venv
+	TB_REDUCE_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -rs tests/test_native_fuzz.py
 
 # TensorBoard on the bundled real profiles (a JAX XSpace run, a PyTorch
 # trace-handler run, a plain Chrome JSON run): open the Trace Reduce tab.

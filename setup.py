@@ -1,6 +1,37 @@
 """tb-reduce: serve profiler traces that are too big to open, reduced, in TensorBoard."""
 
-from setuptools import find_packages, setup
+import os
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """Build the native scanner when a C compiler is there; without one, install anyway:
+    every native path has a pure-Python twin with the same results (tb_reduce_plugin.native)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler, no headers
+            print(f"tb-reduce: the native scanner was not built ({exc}); the pure-Python paths will be used")
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"tb-reduce: {ext.name} was not built ({exc}); the pure-Python paths will be used")
+
+
+# TB_REDUCE_SANITIZE=1 builds with AddressSanitizer and UBSan (`make asan`).
+_SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+_sanitize = os.environ.get("TB_REDUCE_SANITIZE") == "1"
+SCAN = Extension(
+    "tb_reduce_plugin._scan",
+    sources=["tb_reduce_plugin/_scan.c"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *(_SANITIZE if _sanitize else [])],
+    extra_link_args=_SANITIZE[:1] if _sanitize else [],
+)
 
 setup(
     name="tb-reduce-plugin",
@@ -12,6 +43,8 @@ setup(
     # The dashboard lives in frontend/ (plain ES modules) and ships inside the package.
     package_dir={"tb_reduce_plugin.frontend": "frontend"},
     package_data={"tb_reduce_plugin.frontend": ["*.js", "*.html", "*.css", "*/*.js", "*/*.css"]},
+    ext_modules=[SCAN],
+    cmdclass={"build_ext": OptionalBuildExt},
     python_requires=">=3.9",
     install_requires=[
         "numpy>=1.24",

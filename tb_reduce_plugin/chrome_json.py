@@ -27,6 +27,7 @@ import re
 import tempfile
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
 import msgspec
@@ -101,6 +102,16 @@ class ChromeJsonReader:
         self.container: Optional[str] = None
         self.metadata: dict[str, Any] = {}
         self.truncated = False
+        # Where each decoded block lies in the file's decompressed bytes, so that a
+        # later pass can copy events by position (`ChromeJsonEvents`): `decoding_at` is
+        # the offset of the text given to `decode` (its "["); `rewritten` says some text
+        # given to `decode` was not the file's own bytes (undecodable text replaced, a
+        # truncated tail re-joined), so positions do not hold.
+        self._base = 0  # offset of the buffer's first byte
+        self.crc = 0  # CRC-32 of all the text read
+        self.read_bytes = 0
+        self.decoding_at = 0
+        self.rewritten = False
 
     # ---- buffer management -------------------------------------------------
     def _fill(self, want: int) -> bool:
@@ -108,12 +119,15 @@ class ChromeJsonReader:
         while len(self._buf) - self._pos < want and not self._eof:
             self._checked, self._last_hits = False, None  # a new buffer follows
             chunk = self._stream.read(max(self._block, want))
+            self.crc = isal_zlib.crc32(chunk, self.crc)  # ~20 ms a GB: what a later pass must find again
+            self.read_bytes += len(chunk)
             if not chunk:
                 self._eof = True
                 # One spare byte after the data, for the "]" of the last block.
                 keep = max(self._pos - 1, 0)
                 self._buf = bytearray(memoryview(self._buf)[keep:]) + b" "
                 self._pos -= keep
+                self._base += keep
                 break
             # Keep one byte before the cursor: `_decode_block` writes "[" there.
             keep = max(self._pos - 1, 0)
@@ -122,6 +136,7 @@ class ChromeJsonReader:
             buf += chunk
             self._buf = buf
             self._pos -= keep
+            self._base += keep
         return len(self._buf) - self._pos > (1 if self._eof else 0)
 
     def _charge_buffer(self, n: int) -> None:
@@ -303,6 +318,7 @@ class ChromeJsonReader:
             pos = end
         if not spans:
             return []
+        self.rewritten = True
         try:
             return decode(("[" + ",".join(spans) + "]").encode("utf-8", "surrogateescape"))
         except msgspec.ValidationError:
@@ -372,6 +388,7 @@ class ChromeJsonReader:
         fresh += text
         fresh += memoryview(buf)[pos + used:]
         self._buf, self._pos = fresh, 1
+        self.rewritten = True
         return True
 
     def _probe(self, decode: Decode[T], pos: int, end: int) -> Optional[List[T]]:
@@ -402,6 +419,7 @@ class ChromeJsonReader:
             return self._events_before(decode, pos, end, need_comma=False)
         if m and "trailing characters" in msg:
             n = len(bytes(text[: int(m.group(1)) - 1]).rstrip(_WS))  # msgspec counts from 1
+            self.decoding_at = self._base + pos - 1
             events = decode(bytes(buf[pos - 1:pos - 1 + n]))
             self._pos = pos + n - 2  # at the closing "]"
             return events
@@ -443,6 +461,7 @@ class ChromeJsonReader:
         buf[pos - 1] = ord("[")
         saved = buf[cut]
         buf[cut] = ord("]")
+        self.decoding_at = self._base + pos - 1
         try:
             return decode(memoryview(buf)[pos - 1:cut + 1])
         except RecursionError:
@@ -477,12 +496,29 @@ class ChromeJsonReader:
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 
+@dataclass
+class EventPositions:
+    """Where each event's JSON lies in the file's decompressed bytes (event order)."""
+
+    starts: np.ndarray  # int64
+    lengths: np.ndarray  # int32
+    crc: int = 0  # CRC-32 of the text the index read: a later pass checks it reads the same text
+    text_bytes: int = 0  # how much text that was
+
+    @property
+    def nbytes(self) -> int:
+        return self.starts.nbytes + self.lengths.nbytes
+
+
 class ChromeJsonEvents:
     """The original JSON bytes of a Chrome trace's events, by index.
 
     The event table keeps no JSON; this streams the file again and slices out the
     events asked for, so memory stays bounded by one block. The file must still
     hold the events it held when indexed.
+
+    With `positions` (noted by the native scanner while indexing), a pass copies each
+    event's bytes from where it lies: no block is cut or decoded again.
 
     With `store_dir` (the plugin, where one trace is asked for many windows), the
     first full pass also keeps each block compressed (ISA-L, ~10 % of the JSON,
@@ -495,7 +531,8 @@ class ChromeJsonEvents:
 
     def __init__(self, path: str, max_inflated_bytes: int, expected_events: int,
                  store_dir: Optional[str] = None, *, identity: Optional[FileIdentity] = None,
-                 max_ratio: Optional[float] = DEFAULT_MAX_RATIO, block_size: int = READ_SIZE) -> None:
+                 max_ratio: Optional[float] = DEFAULT_MAX_RATIO, block_size: int = READ_SIZE,
+                 positions: Optional[EventPositions] = None) -> None:
         """`identity`: the file as indexed (`TraceStream.identity`). With it, each pass
         opens that same file (`FileChanged` if another is at the path now) and reads
         only the indexed bytes, so the events asked for by index are the indexed ones,
@@ -509,6 +546,7 @@ class ChromeJsonEvents:
         self.block_size = block_size
         self._store: Optional[_BlockStore] = None
         self._building = threading.Lock()
+        self.positions = positions if positions is not None and len(positions.starts) == expected_events else None
 
     @property
     def has_store(self) -> bool:
@@ -518,8 +556,15 @@ class ChromeJsonEvents:
                ) -> Iterator[list[bytes]]:
         indices = np.asarray(indices, dtype=np.int64)
         store = self._store
+        if store is not None and self.positions is not None:
+            starts, ends = self._spans(indices)
+            yield from store.copy(starts, ends)
+            return
         if store is not None:
             yield from store.events(indices)
+            return
+        if self.positions is not None and store is None and self.store_dir is None:
+            yield from self._copy(indices, progress, None)
             return
         builder = None
         acquired = self.store_dir is not None and self._building.acquire(blocking=False)
@@ -529,7 +574,10 @@ class ChromeJsonEvents:
             except OSError:
                 builder = None
         try:
-            yield from self._stream(indices, progress, builder)
+            if self.positions is not None:
+                yield from self._copy(indices, progress, builder)
+            else:
+                yield from self._stream(indices, progress, builder)
             if builder is not None and not builder.failed:
                 builder.finish()
                 if not builder.failed:
@@ -539,6 +587,50 @@ class ChromeJsonEvents:
                 builder.close(remove=True)
             if acquired:
                 self._building.release()
+
+    def _spans(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the events at `indices` start and end in the decompressed text."""
+        assert self.positions is not None
+        if len(indices) and (int(indices[0]) < 0 or int(indices[-1]) >= self.expected_events):
+            raise TraceError(f"no event {int(indices[-1])} in this trace")
+        starts = self.positions.starts[indices]
+        return starts, starts + self.positions.lengths[indices]
+
+    def _copy(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
+              builder: Optional[_BlockStore]) -> Iterator[list[bytes]]:
+        """The events at `indices` (sorted), copied from their positions while the file
+        streams by: per read, the events that end within what has been read. With a
+        `builder`, every read is also kept (compressed, by offset) and the whole file is
+        read, so that later passes read only the parts they need."""
+        assert self.positions is not None
+        starts, ends = self._spans(indices)
+        ident = self.identity
+        k, n = 0, len(indices)
+        buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
+        crc, left = 0, self.positions.text_bytes  # the text indexed, all of it: its CRC says it is the same
+        with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
+                         read_bytes=None if ident is None else ident.size) as stream:
+            while left > 0 or builder is not None:
+                chunk = stream.read(self.block_size)
+                if not chunk:
+                    if k < n or left > 0:
+                        raise FileChanged(f"{os.path.basename(self.path)} changed since it was read (it ends early)")
+                    break
+                crc = isal_zlib.crc32(memoryview(chunk)[:left], crc) if left < len(chunk) else isal_zlib.crc32(chunk, crc)
+                left -= min(left, len(chunk))
+                if builder is not None:
+                    builder.add(chunk, len(chunk))  # its "events" are bytes: offsets, not indices
+                buf = buf + chunk if buf else chunk
+                m = int(np.searchsorted(ends, base + len(buf), side="right"))
+                if m > k:
+                    a, b = (starts[k:m] - base).tolist(), (ends[k:m] - base).tolist()
+                    yield [buf[x:y] for x, y in zip(a, b)]
+                    k = m
+                drop = min(int(starts[k]) - base, len(buf)) if k < n else len(buf)
+                if drop > 0:
+                    buf, base = buf[drop:], base + drop
+        if crc != self.positions.crc:  # rewritten in place since it was indexed
+            raise FileChanged(f"{os.path.basename(self.path)} changed while it was read (its text is not the text indexed)")
 
     def _stream(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
                 builder: Optional[_BlockStore]) -> Iterator[list[bytes]]:
@@ -616,6 +708,40 @@ class _BlockStore:
             first = int(firsts[b])
             a, z = np.searchsorted(indices, [first, first + len(raws)])
             yield [bytes(raws[i]) for i in (indices[a:z] - first).tolist()]
+
+
+    def copy(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[list[bytes]]:
+        """Byte ranges of the text kept by offset (`ChromeJsonEvents._copy`): the
+        chunks each range lies in are read and inflated, each once per run of ranges."""
+        firsts = self._firsts_arr  # each chunk's offset; the last entry is the end
+        total = int(firsts[-1])
+        if len(ends) and int(ends[-1]) > total:
+            raise TraceError("an event lies beyond the kept text")
+        lo_chunk = np.searchsorted(firsts, starts, side="right") - 1
+        hi_chunk = np.searchsorted(firsts, np.maximum(ends - 1, starts), side="right") - 1
+        cached: tuple[int, int, bytes] = (-1, -1, b"")  # chunks [a, b] inflated, joined
+        i, n = 0, len(starts)
+        while i < n:
+            a = int(lo_chunk[i])
+            j = int(np.searchsorted(lo_chunk, a, side="right"))  # the run of ranges starting in chunk a
+            b = int(hi_chunk[i:j].max())
+            if cached[:2] != (a, b):
+                if cached[0] <= a <= cached[1]:  # overlapping: keep what is inflated already
+                    keep = cached[2][int(firsts[a] - firsts[cached[0]]):] if a <= cached[1] else b""
+                    first_new = cached[1] + 1
+                else:
+                    keep, first_new = b"", a
+                parts = [keep] + [self._chunk(c) for c in range(first_new, b + 1)]
+                data = b"".join(parts)
+                cached = (a, b, data[:int(firsts[b + 1] - firsts[a])])
+            data, base = cached[2], int(firsts[a])
+            x, y = (starts[i:j] - base).tolist(), (ends[i:j] - base).tolist()
+            yield [data[p:q] for p, q in zip(x, y)]
+            i = j
+
+    def _chunk(self, c: int) -> bytes:
+        lo, hi = self._offsets[c], self._offsets[c + 1]
+        return isal_zlib.decompress(os.pread(self._fd, hi - lo, lo))
 
 
 def _remove(file: Any, path: str) -> None:

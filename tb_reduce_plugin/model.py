@@ -24,10 +24,12 @@ import re
 import sys
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Hashable, Iterable, Union
+from typing import Any, Hashable, Iterable, Optional, Union
 
 import msgspec
 import numpy as np
+
+from .native import scanner_module
 
 NAN = float("nan")
 
@@ -41,7 +43,9 @@ def ph_codes(phs: list[str]) -> np.ndarray:
     Fast path: when every phase is one ASCII letter, joining them is one C call.
     """
     joined = "".join(phs)
-    if len(joined) == len(phs) and joined.isascii():
+    # Every phase one letter long: as many letters as phases, none empty (an empty
+    # phase beside a two-letter one would otherwise pass the count).
+    if len(joined) == len(phs) and joined.isascii() and (not phs or min(map(len, phs)) == 1):
         return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy()
     return np.fromiter(map(_PH_CODES.get, phs, itertools.repeat(0)), dtype=np.uint8, count=len(phs))
 
@@ -179,6 +183,7 @@ def valid_utf8(data: bytes) -> bytes:
 
 
 _typed = msgspec.json.Decoder(list[ChromeEvent], strict=False)
+_typed_one = msgspec.json.Decoder(ChromeEvent, strict=False)
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _one_lenient = msgspec.json.Decoder(LenientEvent, strict=False)
 
@@ -305,6 +310,8 @@ class EventTable:
     step_value: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))  # their step_num
     process_names: dict = field(default_factory=dict)  # pid -> name (`process_name` metadata)
     thread_names: dict = field(default_factory=dict)  # track id -> name (`thread_name` metadata)
+    # What planning and the queries prepare on this table (`prepared.Prepared`, made on first use).
+    prepared: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.cat) != len(self.ph):  # a format without categories: every event's is None
@@ -317,6 +324,40 @@ class EventTable:
     def track_pid(self) -> np.ndarray:
         """Dense id of each track's pid (for process-scoped instants)."""
         return Interner().ids_of([t[0] for t in self.tracks])
+
+
+# The native scanner's columns, in the order `_scan.Scanner.scan` takes them.
+_SCAN_COLUMNS = (("ph", np.uint8), ("ts", np.float64), ("dur", np.float64), ("name", np.int32),
+                 ("cat", np.int32), ("pid", np.int32), ("tid", np.int32), ("flow", np.int32),
+                 ("flags", np.uint8), ("scope", np.uint8), ("start", np.int64), ("end", np.int64))
+_WHOLE_PHASES = (PH_C, PH_M)
+
+
+@dataclass
+class ScannedBlock:
+    """A block read by the native scanner: its columns (`_SCAN_COLUMNS`, one row per
+    event) and, decoded, the few events the table needs whole: counters, metadata and
+    those whose text names `step_num`. Holds no view of the reader's buffer."""
+
+    n: int
+    cols: dict
+    raw: dict  # event index in the block -> ChromeEvent, in event order
+
+    def __len__(self) -> int:
+        return self.n
+
+
+_FLAG_BIND_END, _FLAG_STEP_KEY = 1, 2  # the scanner's flags column (see `_scan.c`)
+
+
+def _raw_events(text: Any, cols: dict) -> dict:
+    """Decode (from their own bytes) the events of a scanned block the table reads
+    whole, as the pure path would have decoded them: counters, metadata, and slices
+    whose args have a `step_num` key."""
+    ph, start, end = cols["ph"], cols["start"], cols["end"]
+    step = ((cols["flags"] & _FLAG_STEP_KEY) != 0) & ((ph == PH_X) | (ph == PH_B))
+    want = np.flatnonzero(np.isin(ph, _WHOLE_PHASES) | step).tolist()
+    return {i: _typed_one.decode(text[start[i]:end[i]]) for i in want}
 
 
 # What one interned value costs besides its object: a dict slot and a list slot.
@@ -356,14 +397,41 @@ class TableBuilder:
         self._col_bytes = 0
         self.block_events: list[int] = []
         self.block_bytes: list[int] = []
+        self._scanner: Any = None
+        self._scan_rows = 0
+        self._scan_cols: dict[str, np.ndarray] = {}
 
-    def add(self, events: list[ChromeEvent], nbytes: int = 0) -> None:
+    def scan(self, text: Any) -> Optional[ScannedBlock]:
+        """The block `[...]` read by the native scanner into columns, interning into
+        this builder's interners; None when the scanner is off or leaves the block to
+        `decode_events` (anything but the plain case: see `_scan.c`)."""
+        module = scanner_module()
+        if module is None:
+            return None
+        if self._scanner is None:
+            i = (self._names, self._cats, self._pids, self._tids, self._flows)
+            self._scanner = module.Scanner(i[0].ids, i[0].values, i[1].ids, i[1].values, i[2].ids, i[2].values,
+                                           i[3].ids, i[3].values, i[4].ids, i[4].values)
+        rows = max(module.braces(text), 1)
+        if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
+            self._scan_rows = max(rows, 2 * self._scan_rows)
+            self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}
+        n = self._scanner.scan(text, *self._scan_cols.values())
+        if n < 0:
+            return None
+        cols = {k: v[:n].copy() for k, v in self._scan_cols.items()}
+        return ScannedBlock(n, cols, _raw_events(text, cols))
+
+    def add(self, events: Union[list[ChromeEvent], ScannedBlock], nbytes: int = 0) -> None:
         n = len(events)
         if not n:
             return
         before = self._held()
         seen = {k: len(v) for k, v in self._cols.items()}
-        self._add(events, nbytes)
+        if isinstance(events, ScannedBlock):
+            self._add_scanned(events, nbytes)
+        else:
+            self._add(events, nbytes)
         self._col_bytes += sum(a.nbytes for k, parts in self._cols.items() for a in parts[seen[k]:])
         if self._account is not None:
             self._account.charge(self._held() - before, "the event table")
@@ -373,7 +441,8 @@ class TableBuilder:
         interned = 0
         for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series, self._cats):
             interned += self._interned_bytes(interner)
-        return self._col_bytes + interned + _COUNTER_ROW_BYTES * len(self._c_event)
+        scanner = self._scanner.cache_bytes() + 62 * self._scan_rows if self._scanner is not None else 0
+        return self._col_bytes + interned + scanner + _COUNTER_ROW_BYTES * len(self._c_event)
 
     def _interned_bytes(self, interner: Interner) -> int:
         """Size of an interner's values, measured once per value (new ones only)."""
@@ -387,21 +456,13 @@ class TableBuilder:
 
     def _add(self, events: list[ChromeEvent], nbytes: int) -> None:
         n = len(events)
-        base = self._n
-        self._n += n
-        self.block_events.append(n)
-        self.block_bytes.append(nbytes)
         ph = ph_codes(list(map(attrgetter("ph"), events)))
-        c = self._cols
-        c["ph"].append(ph)
-        c["ts"].append(_finite(np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n)))
-        c["dur"].append(_finite(np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n)))
-        track = self._track_ids(events)
-        c["track"].append(track)
-        c["name"].append(self._names.ids_of(map(attrgetter("name"), events)))
-        c["cat"].append(self._cats.ids_of(map(attrgetter("cat"), events)))
-        self._find_steps(events, ph, base)
-        self._find_names(events, ph, track)
+        ts = np.fromiter(map(attrgetter("ts"), events), dtype=np.float64, count=n)
+        dur = np.fromiter(map(attrgetter("dur"), events), dtype=np.float64, count=n)
+        pid = self._pids.ids_of(list(map(attrgetter("pid"), events)))
+        tid = self._tids.ids_of(list(map(attrgetter("tid"), events)))
+        name = self._names.ids_of(map(attrgetter("name"), events))
+        cat = self._cats.ids_of(map(attrgetter("cat"), events))
         flow_key = np.full(n, -1, dtype=np.int32)
         bind = np.zeros(n, dtype=bool)
         scope = np.zeros(n, dtype=np.uint8)
@@ -417,19 +478,64 @@ class TableBuilder:
         if instants:
             kinds = {"g": SCOPE_GLOBAL, "p": SCOPE_PROCESS}
             scope[instants] = [kinds.get(events[i].s, SCOPE_THREAD) for i in instants]
+        base = self._n
+        self._columns(ph, ts, dur, pid, tid, name, cat, flow_key, bind, scope, nbytes)
+        self._find_steps(events, ph, base)
+        self._find_names(events, ph, self._cols["track"][-1])
+        self._find_counters(((i, events[i]) for i in np.flatnonzero(ph == PH_C).tolist()), base)
+
+    def _add_scanned(self, block: ScannedBlock, nbytes: int) -> None:
+        """The native scanner's columns: what `_add` computes from decoded events, and
+        the few events the table needs whole (counters, metadata, step markers)
+        decoded from their bytes, as the pure path decodes them."""
+        c = block.cols
+        ph = c["ph"]
+        bind = ((c["flags"] & _FLAG_BIND_END) != 0) | (ph != ord("f"))
+        bind &= c["flow"] >= 0
+        base = self._n
+        self._columns(ph, c["ts"], c["dur"], c["pid"], c["tid"], c["name"], c["cat"], c["flow"], bind, c["scope"],
+                      nbytes)
+        raw = block.raw
+        steps = [(i, ev) for i, ev in raw.items() if ph[i] in (PH_X, PH_B) and _STEP_KEY in bytes(ev.args)]
+        for i, ev in steps:
+            self._step_of(base + i, ev)
+        track = self._cols["track"][-1]
+        for i, ev in raw.items():
+            if ph[i] == PH_M:
+                self._name_of(ev, int(track[i]))
+        self._find_counters(((i, ev) for i, ev in raw.items() if ph[i] == PH_C), base)
+
+    def _columns(self, ph: np.ndarray, ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                 name: np.ndarray, cat: np.ndarray, flow_key: np.ndarray, bind: np.ndarray, scope: np.ndarray,
+                 nbytes: int) -> None:
+        """Append one block's columns (raw `ts`/`dur`: infinities become NaN here)."""
+        n = len(ph)
+        self._n += n
+        self.block_events.append(n)
+        self.block_bytes.append(nbytes)
+        c = self._cols
+        c["ph"].append(ph)
+        c["ts"].append(_finite(ts))
+        c["dur"].append(_finite(dur))
+        c["track"].append(self._track_ids(pid, tid))
+        c["name"].append(name)
+        c["cat"].append(cat)
+        c["flow_key"].append(flow_key)
+        c["bind"].append(bind)
+        c["scope"].append(scope)
+
+    def _find_counters(self, counters: Iterable[tuple[int, ChromeEvent]], base: int) -> None:
+        """Counter samples: one row per numeric arg of each `C` event with a time."""
         rows = [
             (base + i, (_hashable(ev.pid), ev.name, _hashable(ev.id), key), value)
-            for i in np.flatnonzero(ph == PH_C).tolist()
-            if (ev := events[i]).ts == ev.ts
+            for i, ev in counters
+            if ev.ts == ev.ts
             for key, value in _counter_items(ev.args)
         ]
         if rows:
             self._c_event.extend(r[0] for r in rows)
             self._c_series.extend(self._series.ids_of([r[1] for r in rows]).tolist())
             self._c_value.extend(r[2] for r in rows)
-        c["flow_key"].append(flow_key)
-        c["bind"].append(bind)
-        c["scope"].append(scope)
 
     def _find_steps(self, events: list[ChromeEvent], ph: np.ndarray, base: int) -> None:
         """Slices whose args hold a `step_num` (step markers): one C search over the
@@ -445,31 +551,34 @@ class TableBuilder:
             i = int(np.searchsorted(ends, at, side="right"))
             if i != seen and ph[i] in (PH_X, PH_B):
                 seen = i
-                value = step_number(_args_dict(args[i]).get("step_num"))
-                if value == value:
-                    self._steps.append((base + i, value))
+                self._step_of(base + i, events[i])
             at = joined.find(_STEP_KEY, at + 1)
+
+    def _step_of(self, index: int, ev: ChromeEvent) -> None:
+        value = step_number(_args_dict(ev.args).get("step_num"))
+        if value == value:
+            self._steps.append((index, value))
 
     def _find_names(self, events: list[ChromeEvent], ph: np.ndarray, track: np.ndarray) -> None:
         """Process and thread names from the block's `M` events (few: one per track)."""
         for i in np.flatnonzero(ph == PH_M).tolist():
-            ev = events[i]
-            if ev.name not in _NAME_METADATA:
-                continue
-            name = _args_dict(ev.args).get("name")
-            if not isinstance(name, str):
-                continue
-            if ev.name == "process_name":
-                self._process_names[_hashable(ev.pid)] = name
-            else:
-                self._thread_names[int(track[i])] = name
+            self._name_of(events[i], int(track[i]))
 
-    def _track_ids(self, events: list[ChromeEvent]) -> np.ndarray:
-        """Track ids without building a (pid, tid) tuple per event: intern pids and
-        tids apart, then intern only the distinct pairs of the block."""
-        pid = self._pids.ids_of(list(map(attrgetter("pid"), events))).astype(np.int64)
-        tid = self._tids.ids_of(list(map(attrgetter("tid"), events))).astype(np.int64)
-        pairs, inverse = np.unique((pid << 32) | tid, return_inverse=True)
+    def _name_of(self, ev: ChromeEvent, track: int) -> None:
+        if ev.name not in _NAME_METADATA:
+            return
+        name = _args_dict(ev.args).get("name")
+        if not isinstance(name, str):
+            return
+        if ev.name == "process_name":
+            self._process_names[_hashable(ev.pid)] = name
+        else:
+            self._thread_names[track] = name
+
+    def _track_ids(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Track ids without building a (pid, tid) tuple per event: pids and tids are
+        interned apart, then only the distinct pairs of the block."""
+        pairs, inverse = np.unique((pid.astype(np.int64) << 32) | tid.astype(np.int64), return_inverse=True)
         keys = [(self._pids.values[p >> 32], self._tids.values[p & 0xFFFFFFFF]) for p in pairs.tolist()]
         return self._tracks.ids_of(keys)[inverse.reshape(-1)]
 

@@ -17,14 +17,15 @@ import numpy as np
 
 from . import FORMAT_VERSION
 from .budget import Account, MemoryBudget, Unlimited, release_free_memory
-from .chrome_json import ChromeJsonEvents, ChromeJsonReader, block_size_for
 from .errors import TraceError
-from .model import EventTable, TableBuilder, decode_events, valid_utf8
-from .reduction import LEVELS, Plan, check_window, default_window, events_in_window, plan, prepared_bytes
+from .formats import ReadOptions, reader_for, sniff
+from .levels import LEVELS, ArgsPolicy, args_policy
+from .model import EventTable, valid_utf8
+from .prepared import Prepared, prepared_of
+from .reduction import Plan, check_window, default_window, events_in_window, plan
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from .waveforms.steps import StepSeries, derive
 from .writer import EventSource, Sink, atomic_output, write_trace
-from .xspace import read_xspace
 
 Level = Union[int, str]
 Progress = Callable[[int, int], None]
@@ -64,6 +65,12 @@ class TraceIndex:
     def events(self) -> int:
         return len(self.table)
 
+    @property
+    def prepared(self) -> Prepared:
+        """What plans and queries have prepared on the table so far (slices, orders, flow
+        binding, parents, ...): the index's, as long as its table lives."""
+        return prepared_of(self.table)
+
     def memory_bytes(self) -> int:
         """What the index holds: its columns and strings, for XSpace the file's bytes and
         event positions (measured once), and the planning state prepared on it so far."""
@@ -74,12 +81,15 @@ class TraceIndex:
             n = sum(a.nbytes for a in arrays)
             n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
             n += sum(map(sys.getsizeof, t.cats)) + 120 * (len(t.cats) + len(t.process_names) + len(t.thread_names))
+            positions = getattr(self.source, "positions", None)  # a Chrome trace's event positions
+            if positions is not None:
+                n += positions.nbytes
             lines = getattr(self.source, "lines", None)
             if lines:
                 shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
                 n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
             self._base_bytes = n
-        return self._base_bytes + prepared_bytes(self.table)
+        return self._base_bytes + self.prepared.nbytes()
 
     def settle_memory(self) -> None:
         """Charge exactly `memory_bytes()` to the index's account (after a plan prepared state)."""
@@ -93,26 +103,6 @@ class TraceIndex:
             return np.zeros(0)
         per = np.asarray(t.block_bytes, dtype=np.float64) / np.maximum(np.asarray(t.block_events), 1)
         return np.repeat(per, t.block_events)
-
-
-# An XSpace starts with one of its fields: planes (1), errors (2), warnings (3) or
-# hostnames (4), all length-delimited: tag bytes 0x0a, 0x12, 0x1a, 0x22.
-_XSPACE_FIRST_BYTES = b"\x0a\x12\x1a\x22"
-
-
-def _sniff(stream: TraceStream) -> str:
-    """The format, from the content (names lie: `.json` files hold anything)."""
-    raw = stream.peek(64)
-    head = raw.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if head[:1] in (b"{", b"["):
-        return "chrome-json"
-    if not raw:
-        raise TraceError(f"empty file: {os.path.basename(stream.path)} holds no trace")
-    if raw[0] in _XSPACE_FIRST_BYTES and os.path.basename(stream.path).endswith((".pb", ".pb.gz")):
-        return "xspace"
-    raise TraceError(
-        f"not a trace: {os.path.basename(stream.path)} is neither Chrome trace JSON nor an XSpace (.xplane.pb)"
-    )
 
 
 def index_file(
@@ -146,44 +136,13 @@ def index_file(
     began = time.perf_counter()
     with TraceStream(path, max_inflated_bytes, progress, expect=expect, max_file_bytes=max_file_bytes,
                      max_ratio=max_ratio) as stream:
-        fmt = _sniff(stream)
-        if fmt == "xspace":
-            space = read_xspace(stream, account)
-            release_free_memory()
-            return TraceIndex(
-                path=path, format=fmt, table=space.table, metadata=space.metadata, truncated=False,
-                file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
-                source=space, extra=space.extra, identity=stream.identity,
-            )
-        block_bytes = block_size_for(account.budget.limit if account is not None else None)
-        reader = ChromeJsonReader(stream, block_bytes, account=account)
-        builder = TableBuilder(account)
-        sizes: list[int] = []
-
-        def decode(text: bytes) -> list:
-            events = decode_events(text)
-            sizes.append(len(text))
-            return events
-
-        for block in reader.blocks(decode):
-            builder.add(block, sizes[-1])
-            del block  # before the reader reads on: it gives back the block's charge then
-        table = builder.build()
-        del builder
+        fmt = sniff(stream)
+        parsed = reader_for(fmt)(stream, account, ReadOptions(max_inflated_bytes, max_ratio, store_dir))
         release_free_memory()
         return TraceIndex(
-            path=path,
-            format=fmt,
-            table=table,
-            metadata=reader.metadata,
-            truncated=reader.truncated,
-            file_bytes=stream.file_bytes,
-            json_bytes=stream.inflated,
-            seconds=time.perf_counter() - began,
-            source=ChromeJsonEvents(path, max_inflated_bytes, len(table), store_dir, identity=stream.identity,
-                                    max_ratio=max_ratio, block_size=block_bytes),
-            extra={"container": reader.container},
-            identity=stream.identity,
+            path=path, format=fmt, table=parsed.table, metadata=parsed.metadata, truncated=parsed.truncated,
+            file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
+            source=parsed.source, extra=parsed.extra, identity=stream.identity,
         )
 
 
@@ -205,19 +164,28 @@ def parse_level(level: Level) -> Level:
 
 
 def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
-                 budget_events: Optional[int] = None, budget_bytes: Optional[int] = None) -> Plan:
-    """`auto`: the least reduced level whose estimated output fits the budget."""
+                 budget_events: Optional[int] = None, budget_bytes: Optional[int] = None,
+                 resolution: Optional[int] = None) -> Plan:
+    """`auto`: the least reduced level whose estimated output fits the budget.
+
+    `resolution` (a viewer's bucket count, sized from its pixels) then cuts the window of
+    the level picked into that many buckets where that is fewer than the level's own: the
+    budget still picks the level (its args and keep rules), the screen only ever makes the
+    answer smaller. Level 0 is lossless and has no buckets: it ignores `resolution`."""
     budget_events = BUDGET_EVENTS if budget_events is None else budget_events
     budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
     est = index.estimated_bytes()
     p = None
     for level in LEVELS:
         p = plan(index.table, level, start_us, end_us)
-        per_event = est[p.keep] if level < 3 else np.minimum(est[p.keep], 200.0)
+        keeps_args = args_policy(level) is not ArgsPolicy.DROP
+        per_event = est[p.keep] if keeps_args else np.minimum(est[p.keep], 200.0)
         size = float(per_event.sum()) + 220.0 * len(p.summaries)
         if p.events <= budget_events and size <= budget_bytes:
-            return p
+            break
     assert p is not None
+    if resolution is not None and p.resolution is not None and resolution < p.resolution:
+        p = plan(index.table, p.level, start_us, end_us, resolution=resolution)
     return p
 
 
@@ -260,9 +228,10 @@ def reduce_index(
     `with_input_index` adds `tb_reduce.input_index`: for each written input event
     (the summaries follow them), its index in the input, which `event_json` takes —
     how the dashboard shows an event's full args on click. `drop_args` writes the
-    kept events without args (as levels 3 and 4 do) at any level: a view that
+    kept events without args (`levels.args_policy`: as levels 3 and 4 do) at any level: a view that
     fetches args on click need not carry them, and is much cheaper to write.
-    `resolution` cuts the window into that many buckets instead of the level's (1-4).
+    `resolution` cuts the window into that many buckets instead of the level's (1-4); at
+    `auto`, into at most that many, on the level the budget picks (`choose_level`).
     """
     level = parse_level(level)
     check_window(start_us, end_us)
@@ -292,7 +261,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     need = PLAN_BYTES_PER_EVENT * n + (WRITE_BLOCKS * block if block else WRITE_BYTES)
     if level in (0, "auto"):
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
-    if not prepared_bytes(index.table):
+    if not index.prepared.nbytes():
         need += PREPARED_BYTES_PER_EVENT * n
     return need
 
@@ -301,7 +270,7 @@ def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Opti
                   end_us: Optional[float], gzip: bool, progress: Optional[Progress], with_input_index: bool,
                   drop_args: bool, resolution: Optional[int] = None) -> dict[str, Any]:
     t_plan = time.perf_counter()
-    p = (choose_level(index, start_us, end_us) if level == "auto"
+    p = (choose_level(index, start_us, end_us, resolution=resolution) if level == "auto"
          else plan(index.table, level, start_us, end_us, resolution=resolution))
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
@@ -312,7 +281,7 @@ def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Opti
     t_write = time.perf_counter()
     sink = Sink(out, gzip)
     write_trace(index.source, p, index.table.tracks, index.table.names, index.metadata, obj, sink, progress,
-                args_level=3 if drop_args else None)
+                args=args_policy(p.level, drop_args))
     sink.close()
     stats = {k: v for k, v in obj.items() if k != "input_index"}
     stats["output"] = dict(obj["output"], json_bytes=sink.bytes)
@@ -422,7 +391,7 @@ def event_json(index: TraceIndex, i: int) -> bytes:
     file holds it, for XSpace as converted with all its args."""
     if not 0 <= i < index.events:
         raise TraceError(f"no event {i}: the trace has {index.events:,}")
-    for block in index.source.events(np.asarray([i]), 0):
+    for block in index.source.events(np.asarray([i]), ArgsPolicy.KEEP):
         return valid_utf8(block[0])  # bytes copied from the input: invalid UTF-8 replaced, as in the trace
     raise TraceError(f"event {i} could not be read back")  # pragma: no cover
 

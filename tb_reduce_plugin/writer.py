@@ -23,6 +23,7 @@ import orjson
 from isal import igzip
 
 from .errors import TraceError
+from .levels import ArgsPolicy, args_policy
 from .model import clean_json_text, valid_utf8
 from .reduction import Plan
 
@@ -54,7 +55,7 @@ def _plain(value: Any) -> Any:
 
 
 def cut_value(v: Any) -> tuple[Any, bool]:
-    """Level 2: strings to 256 characters, lists to 32 items, at any depth."""
+    """`ArgsPolicy.TRIM` (level 2): strings to 256 characters, lists to 32 items, at any depth."""
     if isinstance(v, str):
         return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
     if isinstance(v, list):
@@ -89,11 +90,12 @@ def _may_need_cut(raw: bytes) -> bool:
     return b"[" in raw and raw.count(b",") >= LIST_LIMIT
 
 
-def transform(raw: bytes, level: int) -> bytes:
-    """The event as written at `level` (its original bytes when nothing changes)."""
-    if level <= 1 or b'"args"' not in raw:
+def transform(raw: bytes, args: ArgsPolicy) -> bytes:
+    """The event as written under the args policy `args` (`levels.args_policy`): its
+    original bytes when nothing changes."""
+    if args is ArgsPolicy.KEEP or b'"args"' not in raw:
         return raw
-    if level == 2 and not _may_need_cut(raw):
+    if args is ArgsPolicy.TRIM and not _may_need_cut(raw):
         return raw
     try:
         ev = _any.decode(raw)
@@ -104,18 +106,18 @@ def transform(raw: bytes, level: int) -> bytes:
         return raw
     if ev.get("ph") == "M":  # metadata is kept unchanged at every level (G6)
         return raw
-    if level == 2:
-        args, cut = cut_value(ev["args"])
+    if args is ArgsPolicy.TRIM:
+        trimmed, cut = cut_value(ev["args"])
         if not cut:
             return raw
-        if isinstance(args, dict):
-            args["tb_reduce.cut"] = True
-        ev["args"] = args
+        if isinstance(trimmed, dict):
+            trimmed["tb_reduce.cut"] = True
+        ev["args"] = trimmed
         return dumps(ev)
-    if ev.get("ph") == "C":
+    if ev.get("ph") == "C":  # ArgsPolicy.DROP: a counter's args are its values
         return raw
-    args = ev.pop("args")
-    kept = {k: args[k] for k in KEPT_ARG_KEYS if isinstance(args, dict) and k in args}
+    dropped = ev.pop("args")
+    kept = {k: dropped[k] for k in KEPT_ARG_KEYS if isinstance(dropped, dict) and k in dropped}
     if kept:
         ev["args"] = kept
     return dumps(ev)
@@ -173,9 +175,10 @@ class Sink:
 class EventSource(Protocol):
     """Where the JSON of input events comes from, by index (one per input format)."""
 
-    def events(self, indices: np.ndarray, level: int, progress: Optional[Callable[[int, int], None]] = None,
+    def events(self, indices: np.ndarray, args: ArgsPolicy, progress: Optional[Callable[[int, int], None]] = None,
                ) -> Iterator[list[bytes]]:
-        """The JSON of the events at sorted `indices`, in order, in blocks."""
+        """The JSON of the events at sorted `indices`, in order, in blocks. `args`: how
+        the writer will treat their args (a source may leave out what it drops)."""
         ...
 
 
@@ -188,19 +191,22 @@ def write_trace(
     tb_reduce: dict,
     sink: Sink,
     progress: Optional[Callable[[int, int], None]] = None,
-    args_level: Optional[int] = None,
+    args: Optional[ArgsPolicy] = None,
 ) -> int:
     """Stream the reduced trace into `sink`; returns the number of events written.
 
-    `args_level` treats args as that level does (default: the plan's level); a
-    view that fetches args on demand asks for 3 (args dropped) at any level.
+    `args`: what is written of the kept events' args (default: the plan's level's
+    policy); a view that fetches args on demand asks for `args_policy(level, drop_args=True)`.
     """
     written = 0
     sink.write(b'{"traceEvents":[\n')
     sep = b""
-    args_level = plan.level if args_level is None else max(args_level, plan.level)
-    for raws in source.events(plan.keep, args_level, progress):
-        parts = [transform(raw, args_level) for raw in raws]
+    policy = args_policy(plan.level) if args is None else args
+    if not isinstance(policy, ArgsPolicy):
+        raise TypeError(f"args must be an ArgsPolicy, not {policy!r}")
+    for raws in source.events(plan.keep, policy, progress):
+        # `transform` gives every event back unchanged under KEEP: 2 M calls saved at level 0.
+        parts = raws if policy is ArgsPolicy.KEEP else [transform(raw, policy) for raw in raws]
         # Events are copied from the input as they are: checked at C speed per chunk,
         # and invalid UTF-8 replaced as everywhere else (`model.clean_json_text`).
         sink.write(sep + valid_utf8(b",\n".join(parts)))

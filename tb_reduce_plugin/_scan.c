@@ -1,0 +1,1237 @@
+/*
+ * tb_reduce_plugin._scan: the native Chrome trace JSON scanner.
+ *
+ * Why: decoding each block of events into Python objects (msgspec) and gathering
+ * their fields into columns costs ~70 % of indexing a Kineto trace. This walks a
+ * block `[{...},{...}]` once and fills the event model's columns directly: phase
+ * code, ts, dur, interned name / category / pid / tid ids, the flow key, the flow
+ * binding point and instant scope, and each event's byte span, creating a Python
+ * object only for a value never seen before.
+ *
+ * It is a fast path, not a second parser with its own rules: it accepts only the
+ * plain case (every element an object; known fields of the types `model.ChromeEvent`
+ * takes without coercion; valid UTF-8; no lone surrogate escapes; numbers it can
+ * convert exactly) and answers -1 ("not mine") for anything else, which the caller
+ * then decodes with the pure-Python path. So both paths give the same table for
+ * every input, and this code never decides what malformed text means.
+ *
+ * Interning goes into the caller's `Interner`s (a dict value -> id and a list of
+ * values, first seen first), so blocks decoded either way share one set of ids; a
+ * private hash table of the values' bytes sits in front of each dict so that a
+ * value already seen costs no Python object.
+ *
+ * Every read is bounds-checked against the end of the block; nesting is limited.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define MAX_NUMBER 64
+
+/* ---- a byte-keyed hash table in front of an Interner ------------------------------ */
+
+typedef struct {
+    uint64_t hash;
+    size_t off;   /* key bytes in the arena */
+    size_t len;
+    int32_t id;   /* -1: empty slot */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t cap;   /* power of two */
+    size_t used;
+    char *arena;
+    size_t arena_len, arena_cap;
+    size_t last_off, last_len;  /* the key seen last (a trace repeats its pid, tid, category) */
+    int32_t last_id;
+    PyObject *ids;     /* dict: value -> id (the Interner's; a reference held) */
+    PyObject *values;  /* list of values */
+} Table;
+
+static inline uint64_t mix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Eight bytes at a time (a key is a name: tens of bytes), then the tail. */
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ mix64(w)) * 0x9E3779B97F4A7C15ULL;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, n - i);
+    h = (h ^ mix64(w ^ ((uint64_t)(n - i) << 56))) * 0x9E3779B97F4A7C15ULL;
+    return mix64(h);
+}
+
+static int table_init(Table *t, PyObject *ids, PyObject *values) {
+    t->cap = 1024;
+    t->used = 0;
+    t->slots = PyMem_Malloc(t->cap * sizeof(Slot));
+    t->arena_cap = 16384;
+    t->arena_len = 0;
+    t->last_id = -1;
+    t->arena = PyMem_Malloc(t->arena_cap);
+    if (!t->slots || !t->arena) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < t->cap; i++) t->slots[i].id = -1;
+    Py_INCREF(ids);
+    Py_INCREF(values);
+    t->ids = ids;
+    t->values = values;
+    return 0;
+}
+
+static void table_free(Table *t) {
+    PyMem_Free(t->slots);
+    PyMem_Free(t->arena);
+    t->slots = NULL;
+    t->arena = NULL;
+    Py_CLEAR(t->ids);
+    Py_CLEAR(t->values);
+}
+
+static size_t table_bytes(const Table *t) {
+    return t->cap * sizeof(Slot) + t->arena_cap;
+}
+
+static int table_grow(Table *t) {
+    size_t cap = t->cap * 2;
+    Slot *slots = PyMem_Malloc(cap * sizeof(Slot));
+    if (!slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < cap; i++) slots[i].id = -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i].id < 0) continue;
+        size_t j = t->slots[i].hash & (cap - 1);
+        while (slots[j].id >= 0) j = (j + 1) & (cap - 1);
+        slots[j] = t->slots[i];
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+    return 0;
+}
+
+/* The id of `obj` in the Interner: the existing one (Python equality: 1 == 1.0), or the next. */
+static int32_t interner_id(Table *t, PyObject *obj) {
+    PyObject *found = PyDict_GetItemWithError(t->ids, obj);
+    if (found) {
+        long v = PyLong_AsLong(found);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v < 0 || v > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "interned id out of range");
+            return -1;
+        }
+        return (int32_t)v;
+    }
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(t->values);
+    if (n >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many distinct values");
+        return -1;
+    }
+    PyObject *id = PyLong_FromSsize_t(n);
+    if (!id) return -1;
+    int rc = PyDict_SetItem(t->ids, obj, id);
+    Py_DECREF(id);
+    if (rc < 0 || PyList_Append(t->values, obj) < 0) return -1;
+    return (int32_t)n;
+}
+
+/* Kinds of keys (first byte of a key): the value a key stands for. */
+enum { K_NONE = 'n', K_STR = 's', K_INT = 'i', K_FLOW = 'f' };
+
+/* Look `key` up; on a miss `make` builds the Python value and the Interner gives its id. */
+typedef PyObject *(*MakeFn)(const char *key, size_t len, void *ctx);
+
+static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, void *ctx) {
+    if (t->last_id >= 0 && t->last_len == len && memcmp(t->arena + t->last_off, key, len) == 0) return t->last_id;
+    uint64_t h = hash_bytes(key, len);
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].id >= 0) {
+        Slot *s = &t->slots[j];
+        if (s->hash == h && s->len == len && memcmp(t->arena + s->off, key, len) == 0) {
+            t->last_off = s->off;
+            t->last_len = len;
+            t->last_id = s->id;
+            return s->id;
+        }
+        j = (j + 1) & (t->cap - 1);
+    }
+    PyObject *obj = make(key, len, ctx);
+    if (!obj) return -1;
+    int32_t id = interner_id(t, obj);
+    Py_DECREF(obj);
+    if (id < 0) return -1;
+    if (t->arena_len + len > t->arena_cap) {
+        size_t cap = t->arena_cap;
+        while (t->arena_len + len > cap) cap *= 2;
+        char *arena = PyMem_Realloc(t->arena, cap);
+        if (!arena) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->arena = arena;
+        t->arena_cap = cap;
+    }
+    memcpy(t->arena + t->arena_len, key, len);
+    Slot *s = &t->slots[j];
+    s->hash = h;
+    s->off = t->arena_len;
+    s->len = len;
+    s->id = id;
+    t->arena_len += len;
+    t->last_off = s->off;
+    t->last_len = len;
+    t->last_id = id;
+    if (++t->used * 2 > t->cap && table_grow(t) < 0) return -1;
+    return id;
+}
+
+/* A scalar key -> its Python value: None, a str (UTF-8, already checked) or an int64. */
+static PyObject *make_scalar(const char *key, size_t len, void *ctx) {
+    (void)ctx;
+    if (len >= 1 && key[0] == K_STR) return PyUnicode_DecodeUTF8(key + 1, (Py_ssize_t)(len - 1), "strict");
+    if (len == 9 && key[0] == K_INT) {
+        int64_t v;
+        memcpy(&v, key + 1, 8);
+        return PyLong_FromLongLong(v);
+    }
+    Py_RETURN_NONE;
+}
+
+/* A flow key (category id, id key) -> the tuple (category, id) the pure path interns. */
+static PyObject *make_flow(const char *key, size_t len, void *ctx) {
+    PyObject *cats = (PyObject *)ctx;
+    int32_t cat;
+    if (len < 5) {
+        PyErr_SetString(PyExc_ValueError, "bad flow key");
+        return NULL;
+    }
+    memcpy(&cat, key + 1, 4);
+    if (cat < 0 || cat >= PyList_GET_SIZE(cats)) {
+        PyErr_SetString(PyExc_IndexError, "flow category out of range");
+        return NULL;
+    }
+    PyObject *id = make_scalar(key + 5, len - 5, NULL);
+    if (!id) return NULL;
+    PyObject *c = PyList_GET_ITEM(cats, cat);
+    PyObject *tuple = PyTuple_Pack(2, c, id);
+    Py_DECREF(id);
+    return tuple;
+}
+
+/* ---- the scanner -------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Table names, cats, pids, tids, flows;
+    char *scratch;  /* key being built: kind byte + unescaped text */
+    size_t scratch_cap;
+} Scanner;
+
+typedef struct {
+    const uint8_t *p, *end;
+} Cursor;
+
+static inline void skip_ws(Cursor *c) {
+    const uint8_t *p = c->p, *end = c->end;
+    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    c->p = p;
+}
+
+static inline int hexval(uint8_t ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static int read_hex4(const uint8_t *p, const uint8_t *end, unsigned *out) {
+    if (end - p < 4) return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(p[i]);
+        if (h < 0) return -1;
+        v = (v << 4) | (unsigned)h;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (2-4), or 0 (what `bytes.decode` refuses). */
+static int utf8_len(const uint8_t *p, const uint8_t *end) {
+    uint8_t b = p[0];
+    if (b >= 0xC2 && b <= 0xDF) {
+        if (end - p >= 2 && (p[1] & 0xC0) == 0x80) return 2;
+        return 0;
+    }
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (b == 0xE0 && p[1] < 0xA0) return 0;  /* overlong */
+        if (b == 0xED && p[1] >= 0xA0) return 0; /* surrogates */
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (b == 0xF0 && p[1] < 0x90) return 0;
+        if (b == 0xF4 && p[1] >= 0x90) return 0;
+        return 4;
+    }
+    return 0;
+}
+
+/* A string at c->p (on its opening quote). Checks it (control characters, escapes,
+ * UTF-8, no lone surrogate escape); sets [*s, *e) to its raw contents and *escaped.
+ * 0 on success, -1 when it is not the plain case. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* Whether any byte of w is '"', '\\', a control character or not ASCII (SWAR). */
+static inline int special8(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    uint64_t zq = (q - ONES) & ~q, zb = (b - ONES) & ~b;
+    uint64_t lt = w - ONES * 0x20;  /* a byte below 0x20 borrows: its high bit set where w's is not */
+    return ((zq | zb | lt | w) & HIGHS) != 0;
+}
+
+static int scan_string(Cursor *c, const uint8_t **s, const uint8_t **e, int *escaped) {
+    const uint8_t *p = c->p + 1, *end = c->end;
+    *escaped = 0;
+    *s = p;
+    while (p < end) {
+        while (end - p >= 8) {  /* runs of plain ASCII, eight bytes at a time */
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (special8(w)) break;
+            p += 8;
+        }
+        if (p >= end) break;
+        uint8_t ch = *p;
+        if (ch == '"') {
+            *e = p;
+            c->p = p + 1;
+            return 0;
+        }
+        if (ch < 0x20) return -1;
+        if (ch == '\\') {
+            *escaped = 1;
+            if (end - p < 2) return -1;
+            uint8_t x = p[1];
+            if (x == 'u') {
+                unsigned u;
+                if (read_hex4(p + 2, end, &u) < 0) return -1;
+                p += 6;
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    unsigned lo;
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || read_hex4(p + 2, end, &lo) < 0) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+                    p += 6;
+                } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return -1;
+                }
+                continue;
+            }
+            if (x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' || x == 'r' || x == 't') {
+                p += 2;
+                continue;
+            }
+            return -1;
+        }
+        if (ch >= 0x80) {
+            int n = utf8_len(p, end);
+            if (!n) return -1;
+            p += n;
+            continue;
+        }
+        p++;
+    }
+    return -1;
+}
+
+static void put_utf8(char *out, size_t *n, unsigned cp) {
+    if (cp < 0x80) {
+        out[(*n)++] = (char)cp;
+    } else if (cp < 0x800) {
+        out[(*n)++] = (char)(0xC0 | (cp >> 6));
+        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out[(*n)++] = (char)(0xE0 | (cp >> 12));
+        out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        out[(*n)++] = (char)(0xF0 | (cp >> 18));
+        out[(*n)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+static int ensure_scratch(Scanner *self, size_t need) {
+    if (need <= self->scratch_cap) return 0;
+    size_t cap = self->scratch_cap ? self->scratch_cap : 256;
+    while (cap < need) cap *= 2;
+    char *b = PyMem_Realloc(self->scratch, cap);
+    if (!b) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->scratch = b;
+    self->scratch_cap = cap;
+    return 0;
+}
+
+/* The key of a checked string: 's' + its text as UTF-8 (escapes resolved), in scratch. */
+static int string_key(Scanner *self, const uint8_t *s, const uint8_t *e, int escaped, size_t *len) {
+    size_t n = (size_t)(e - s);
+    if (ensure_scratch(self, n + 1) < 0) return -1;
+    char *out = self->scratch;
+    out[0] = K_STR;
+    if (!escaped) {
+        memcpy(out + 1, s, n);
+        *len = n + 1;
+        return 0;
+    }
+    size_t k = 1;
+    const uint8_t *p = s;
+    while (p < e) {  /* already checked by scan_string: every escape is complete */
+        if (*p != '\\') {
+            out[k++] = (char)*p++;
+            continue;
+        }
+        uint8_t x = p[1];
+        if (x == 'u') {
+            unsigned u, lo;
+            read_hex4(p + 2, e, &u);
+            p += 6;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                read_hex4(p + 2, e, &lo);
+                p += 6;
+                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            put_utf8(out, &k, u);  /* at most as long as the escape it replaces */
+            continue;
+        }
+        char r = (char)x;
+        if (x == 'b') r = '\b';
+        else if (x == 'f') r = '\f';
+        else if (x == 'n') r = '\n';
+        else if (x == 'r') r = '\r';
+        else if (x == 't') r = '\t';
+        out[k++] = r;
+        p += 2;
+    }
+    *len = k;
+    return 0;
+}
+
+/* A JSON number at c->p. Sets *is_int (no fraction, no exponent) and its value: *iv
+ * when it is an integer that fits int64, *dv (the correctly rounded double) always
+ * when it converts. -1 for malformed text or a number the fast path leaves alone. */
+static int scan_number(Cursor *c, int *is_int, int64_t *iv, double *dv) {
+    const uint8_t *p = c->p, *end = c->end, *start = p;
+    int neg = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end) return -1;
+    const uint8_t *digits = p;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    } else {
+        return -1;
+    }
+    size_t int_digits = (size_t)(p - digits);
+    size_t frac_digits = 0;
+    int has_exp = 0;
+    const uint8_t *frac = NULL;
+    if (p < end && *p == '.') {
+        p++;
+        frac = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        frac_digits = (size_t)(p - frac);
+        if (!frac_digits) return -1;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        has_exp = 1;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const uint8_t *ed = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == ed) return -1;
+    }
+    size_t len = (size_t)(p - start);
+    if (len >= MAX_NUMBER) return -1;
+    c->p = p;
+    *is_int = !frac && !has_exp;
+    if (*is_int) {
+        if (int_digits > 18) return -1;  /* beyond int64 or near it: the pure path decides */
+        int64_t v = 0;
+        for (const uint8_t *q = digits; q < digits + int_digits; q++) v = v * 10 + (*q - '0');
+        *iv = neg ? -v : v;
+        *dv = (double)*iv;
+        return 0;
+    }
+    /* Exact fast path (Clinger): a mantissa below 2^53 and a power of ten up to 22 are
+     * both exact doubles, so one division rounds correctly. */
+    if (!has_exp && int_digits + frac_digits <= 19) {
+        static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+        uint64_t m = 0;  /* at most 19 digits: no overflow */
+        for (const uint8_t *q = digits; q < digits + int_digits; q++) m = m * 10 + (uint64_t)(*q - '0');
+        for (const uint8_t *q = frac; q < frac + frac_digits; q++) m = m * 10 + (uint64_t)(*q - '0');
+        if (m <= (1ULL << 53)) {
+            double v = (double)m / pow10[frac_digits];
+            *dv = neg ? -v : v;
+            return 0;
+        }
+    }
+    char buf[MAX_NUMBER + 1];
+    memcpy(buf, start, len);
+    buf[len] = 0;
+    char *stop = NULL;
+    double v = PyOS_string_to_double(buf, &stop, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (stop != buf + len) return -1;
+    if (!(v - v == 0.0)) return -1;  /* overflowed to infinity: the pure path decides */
+    *dv = v;
+    return 0;
+}
+
+/* An object member's key at c->p and the colon after it; 0, or -1 if not there. */
+static int member_key(Cursor *c, const uint8_t **s, const uint8_t **e, int *esc) {
+    if (c->p >= c->end || *c->p != '"' || scan_string(c, s, e, esc) < 0) return -1;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ':') return -1;
+    c->p++;
+    skip_ws(c);
+    return 0;
+}
+
+/* After a member or element: 1 and past the comma when another follows, 0 and past
+ * `close` at the end, -1 for anything else. */
+static int next_member(Cursor *c, uint8_t close) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == ',') {
+        c->p++;
+        skip_ws(c);
+        return 1;
+    }
+    if (*c->p == close) {
+        c->p++;
+        return 0;
+    }
+    return -1;
+}
+
+static int skip_value(Cursor *c, int depth);
+
+static int skip_container(Cursor *c, int depth, uint8_t close) {
+    if (depth > MAX_DEPTH) return -1;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        const uint8_t *s, *e;
+        int esc, more;
+        if (close == '}' && member_key(c, &s, &e, &esc) < 0) return -1;
+        if (skip_value(c, depth + 1) < 0 || (more = next_member(c, close)) < 0) return -1;
+        if (!more) return 0;
+    }
+}
+
+static int match_word(Cursor *c, const char *w, size_t n) {
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0) return -1;
+    c->p += n;
+    return 0;
+}
+
+static int skip_value(Cursor *c, int depth) {
+    if (c->p >= c->end) return -1;
+    switch (*c->p) {
+    case '{':
+        return skip_container(c, depth, '}');
+    case '[':
+        return skip_container(c, depth, ']');
+    case '"': {
+        const uint8_t *s, *e;
+        int esc;
+        return scan_string(c, &s, &e, &esc);
+    }
+    case 't':
+        return match_word(c, "true", 4);
+    case 'f':
+        return match_word(c, "false", 5);
+    case 'n':
+        return match_word(c, "null", 4);
+    default: {  /* a number: its grammar only (a skipped value is never converted) */
+        const uint8_t *p = c->p;
+        if (*p == '-') p++;
+        if (p >= c->end || *p < '0' || *p > '9') return -1;
+        if (*p == '0') p++;
+        else while (p < c->end && *p >= '0' && *p <= '9') p++;
+        if (p < c->end && *p == '.') {
+            const uint8_t *f = ++p;
+            while (p < c->end && *p >= '0' && *p <= '9') p++;
+            if (p == f) return -1;
+        }
+        if (p < c->end && (*p == 'e' || *p == 'E')) {
+            p++;
+            if (p < c->end && (*p == '+' || *p == '-')) p++;
+            const uint8_t *ed = p;
+            while (p < c->end && *p >= '0' && *p <= '9') p++;
+            if (p == ed) return -1;
+        }
+        c->p = p;
+        return 0;
+    }
+    }
+}
+
+/* An event's args: skipped, noting whether the object may have a `step_num` key (the
+ * caller decodes those events and applies `model.TableBuilder._find_steps`'s rule). */
+static int skip_args(Cursor *c, int *step) {
+    if (c->p >= c->end || *c->p != '{') return skip_value(c, 1);
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        const uint8_t *s, *e;
+        int esc, more;
+        if (member_key(c, &s, &e, &esc) < 0) return -1;
+        /* An escaped key may spell it too: flagged events are only looked at again. */
+        if (esc || (e - s == 8 && memcmp(s, "step_num", 8) == 0)) *step = 1;
+        if (skip_value(c, 2) < 0 || (more = next_member(c, '}')) < 0) return -1;
+        if (!more) return 0;
+    }
+}
+
+/* A scalar field (name, cat, pid, tid, id): what it held. */
+enum { V_ABSENT = 0, V_NULL, V_STR, V_INT };
+
+typedef struct {
+    int kind;
+    const uint8_t *s, *e;  /* V_STR: raw contents */
+    int escaped;
+    int64_t iv;
+} Scalar;
+
+/* Reads a value for a field typed str | int | None (allow_int) or str | None. */
+static int scan_scalar(Cursor *c, Scalar *v, int allow_int) {
+    if (c->p >= c->end) return -1;
+    uint8_t ch = *c->p;
+    if (ch == '"') {
+        v->kind = V_STR;
+        return scan_string(c, &v->s, &v->e, &v->escaped);
+    }
+    if (ch == 'n') {
+        v->kind = V_NULL;
+        return match_word(c, "null", 4);
+    }
+    if (allow_int && (ch == '-' || (ch >= '0' && ch <= '9'))) {
+        int is_int;
+        double dv;
+        if (scan_number(c, &is_int, &v->iv, &dv) < 0 || !is_int) return -1;
+        v->kind = V_INT;
+        return 0;
+    }
+    return -1;
+}
+
+static int32_t intern_scalar(Scanner *self, Table *t, const Scalar *v) {
+    char key[9];
+    size_t len;
+    if (v->kind == V_STR) {
+        if (string_key(self, v->s, v->e, v->escaped, &len) < 0) return -1;
+        return table_intern(t, self->scratch, len, make_scalar, NULL);
+    }
+    if (v->kind == V_INT) {
+        key[0] = K_INT;
+        memcpy(key + 1, &v->iv, 8);
+        return table_intern(t, key, 9, make_scalar, NULL);
+    }
+    key[0] = K_NONE;
+    return table_intern(t, key, 1, make_scalar, NULL);
+}
+
+/* The fields of one event, as the pure path's typed decode takes them. */
+enum { F_PH, F_NAME, F_CAT, F_PID, F_TID, F_TS, F_DUR, F_ID, F_ID2, F_BP, F_S, F_ARGS, F_OTHER };
+
+static int field_of(const uint8_t *s, size_t n) {
+    switch (n) {
+    case 1:
+        return s[0] == 's' ? F_S : F_OTHER;
+    case 2:
+        if (s[0] == 'p' && s[1] == 'h') return F_PH;
+        if (s[0] == 't' && s[1] == 's') return F_TS;
+        if (s[0] == 'i' && s[1] == 'd') return F_ID;
+        if (s[0] == 'b' && s[1] == 'p') return F_BP;
+        return F_OTHER;
+    case 3:
+        if (!memcmp(s, "cat", 3)) return F_CAT;
+        if (!memcmp(s, "pid", 3)) return F_PID;
+        if (!memcmp(s, "tid", 3)) return F_TID;
+        if (!memcmp(s, "dur", 3)) return F_DUR;
+        if (!memcmp(s, "id2", 3)) return F_ID2;
+        return F_OTHER;
+    case 4:
+        if (!memcmp(s, "name", 4)) return F_NAME;
+        if (!memcmp(s, "args", 4)) return F_ARGS;
+        return F_OTHER;
+    default:
+        return F_OTHER;
+    }
+}
+
+/* Bits of the flags column. */
+#define FLAG_BIND_END 1  /* bp == "e": a flow end that binds to its enclosing slice */
+#define FLAG_STEP_KEY 2  /* args has a plain `step_num` key: a step marker, maybe */
+
+typedef struct {
+    uint8_t *ph;
+    double *ts, *dur;
+    int32_t *name, *cat, *pid, *tid, *flow;
+    uint8_t *flags, *scope;
+    int64_t *start, *end;
+    Py_ssize_t cap;
+} Out;
+
+/* One event at c->p ('{'): 0 and the columns of row k filled, -1 not the plain case
+ * (no Python error set), -2 a Python error. */
+static int scan_event(Scanner *self, Cursor *c, const uint8_t *base, Out *o, Py_ssize_t k) {
+    const uint8_t *open = c->p;
+    Scalar name = {V_ABSENT}, cat = {V_ABSENT}, pid = {V_ABSENT}, tid = {V_ABSENT}, id = {V_ABSENT};
+    Scalar bp = {V_ABSENT}, sc = {V_ABSENT};
+    uint8_t ph = 0;
+    double ts = NAN, dur = NAN;
+    unsigned seen = 0;
+    int step = 0;
+    /* The scalar fields, and which take an integer (str | int | None) besides a string. */
+    Scalar *scalars[F_OTHER] = {[F_NAME] = &name, [F_CAT] = &cat, [F_PID] = &pid, [F_TID] = &tid,
+                                [F_ID] = &id, [F_BP] = &bp, [F_S] = &sc};
+    static const int takes_int[F_OTHER] = {[F_NAME] = 1, [F_PID] = 1, [F_TID] = 1, [F_ID] = 1};
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+    } else {
+        for (;;) {
+            const uint8_t *ks, *ke;
+            int kesc, more;
+            if (member_key(c, &ks, &ke, &kesc) < 0) return -1;
+            int f = kesc ? -1 : field_of(ks, (size_t)(ke - ks));
+            if (f < 0) return -1;  /* an escaped key may spell a field: the pure path decides */
+            if (f != F_OTHER) {
+                if (seen & (1u << f)) return -1;  /* a field given twice */
+                seen |= 1u << f;
+            }
+            int rc = 0;
+            switch (f) {
+            case F_PH: {
+                Scalar v;
+                if (c->p >= c->end || *c->p != '"' || scan_scalar(c, &v, 0) < 0) return -1;
+                if (v.escaped) {  /* one letter once its escapes are resolved? */
+                    size_t len;
+                    if (string_key(self, v.s, v.e, 1, &len) < 0) return -2;
+                    ph = (len == 2 && (uint8_t)self->scratch[1] < 0x80) ? (uint8_t)self->scratch[1] : 0;
+                } else {
+                    ph = (v.e - v.s == 1 && *v.s < 0x80) ? *v.s : 0;
+                }
+                break;
+            }
+            case F_NAME:
+            case F_CAT:
+            case F_PID:
+            case F_TID:
+            case F_ID:
+            case F_BP:
+            case F_S:
+                rc = scan_scalar(c, scalars[f], takes_int[f]);
+                break;
+            case F_TS:
+            case F_DUR: {
+                int is_int;
+                int64_t iv;
+                double dv;
+                if (c->p >= c->end || !(*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) return -1;
+                if (scan_number(c, &is_int, &iv, &dv) < 0) return -1;
+                if (f == F_TS) ts = dv;
+                else dur = dv;
+                break;
+            }
+            case F_ARGS:
+                rc = skip_args(c, &step);
+                break;
+            default:  /* id2 and fields the model does not read */
+                rc = skip_value(c, 1);
+                break;
+            }
+            if (rc < 0 || (more = next_member(c, '}')) < 0) return -1;
+            if (!more) break;
+        }
+    }
+    int flow = ph == 's' || ph == 't' || ph == 'f';
+    if (flow && (id.kind == V_ABSENT || id.kind == V_NULL)) return -1;  /* id2 stands in: the pure path */
+    int32_t ids[4];
+    if ((ids[0] = intern_scalar(self, &self->names, &name)) < 0) return -2;
+    if ((ids[1] = intern_scalar(self, &self->cats, &cat)) < 0) return -2;
+    if ((ids[2] = intern_scalar(self, &self->pids, &pid)) < 0) return -2;
+    if ((ids[3] = intern_scalar(self, &self->tids, &tid)) < 0) return -2;
+    int32_t fk = -1;
+    if (flow) {
+        size_t idlen;
+        /* Room for the id's key and 5 bytes before it, so string_key never moves scratch. */
+        if (ensure_scratch(self, (id.kind == V_STR ? (size_t)(id.e - id.s) : 0) + 16) < 0) return -2;
+        if (id.kind == V_STR) {
+            if (string_key(self, id.s, id.e, id.escaped, &idlen) < 0) return -2;
+        } else {
+            self->scratch[0] = K_INT;
+            memcpy(self->scratch + 1, &id.iv, 8);
+            idlen = 9;
+        }
+        /* the id's key is at the start of scratch: move it up, then put the kind and category first */
+        memmove(self->scratch + 5, self->scratch, idlen);
+        self->scratch[0] = K_FLOW;
+        memcpy(self->scratch + 1, &ids[1], 4);
+        if ((fk = table_intern(&self->flows, self->scratch, idlen + 5, make_flow, self->cats.values)) < 0) return -2;
+    }
+    uint8_t scope = 0;
+    if (ph == 'i' || ph == 'I' || ph == 'R') {
+        if (sc.kind == V_STR && !sc.escaped && sc.e - sc.s == 1) scope = *sc.s == 'g' ? 2 : *sc.s == 'p' ? 1 : 0;
+        else if (sc.kind == V_STR && sc.escaped) return -1;
+    }
+    if (bp.kind == V_STR && bp.escaped) return -1;
+    o->ph[k] = ph;
+    o->ts[k] = ts;
+    o->dur[k] = dur;
+    o->name[k] = ids[0];
+    o->cat[k] = ids[1];
+    o->pid[k] = ids[2];
+    o->tid[k] = ids[3];
+    o->flow[k] = fk;
+    o->flags[k] = (uint8_t)((bp.kind == V_STR && bp.e - bp.s == 1 && *bp.s == 'e') ? FLAG_BIND_END : 0) |
+                  (uint8_t)(step ? FLAG_STEP_KEY : 0);
+    o->scope[k] = scope;
+    o->start[k] = open - base;
+    o->end[k] = c->p - base;
+    return 0;
+}
+
+/* Walks the JSON array `[a, b, ...]` that is the whole of [base, end), calling `element`
+ * for each element at its first byte with its index. Returns the element count, -1 when
+ * the text is not such an array (or `element` said -1), -2 when `element` set a Python
+ * error. Nothing but whitespace may follow the array. */
+typedef int (*ElementFn)(Cursor *c, const uint8_t *base, Py_ssize_t k, void *ctx);
+
+static Py_ssize_t walk_array(const uint8_t *base, const uint8_t *end, ElementFn element, void *ctx) {
+    Cursor c = {base, end};
+    Py_ssize_t n = 0;
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p != '[') return -1;
+    c.p++;
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == ']') {
+        c.p++;
+    } else {
+        for (;;) {
+            int rc = element(&c, base, n, ctx), more;
+            if (rc < 0) return rc;
+            n++;
+            if ((more = next_member(&c, ']')) < 0) return -1;
+            if (!more) break;
+        }
+    }
+    skip_ws(&c);
+    return c.p == c.end ? n : -1;  /* trailing text: the pure path says what it is */
+}
+
+typedef struct {
+    Scanner *self;
+    Out *out;
+} EventCtx;
+
+static int event_element(Cursor *c, const uint8_t *base, Py_ssize_t k, void *ctx) {
+    EventCtx *e = ctx;
+    if (c->p >= c->end || *c->p != '{' || k >= e->out->cap) return -1;
+    return scan_event(e->self, c, base, e->out, k);
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    table_free(&self->names);
+    table_free(&self->cats);
+    table_free(&self->pids);
+    table_free(&self->tids);
+    table_free(&self->flows);
+    PyMem_Free(self->scratch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
+    PyObject *d[5], *l[5];
+    static char *kwlist[] = {"names_ids", "names", "cats_ids", "cats", "pids_ids", "pids",
+                             "tids_ids", "tids", "flows_ids", "flows", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!O!O!O!O!O!O!", kwlist,
+                                     &PyDict_Type, &d[0], &PyList_Type, &l[0], &PyDict_Type, &d[1], &PyList_Type, &l[1],
+                                     &PyDict_Type, &d[2], &PyList_Type, &l[2], &PyDict_Type, &d[3], &PyList_Type, &l[3],
+                                     &PyDict_Type, &d[4], &PyList_Type, &l[4]))
+        return -1;
+    if (self->names.slots) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner already initialised");
+        return -1;
+    }
+    Table *ts[5] = {&self->names, &self->cats, &self->pids, &self->tids, &self->flows};
+    for (int i = 0; i < 5; i++)
+        if (table_init(ts[i], d[i], l[i]) < 0) return -1;
+    return 0;
+}
+
+static int get_out(Py_buffer *b, Py_ssize_t item, const char *what, Py_ssize_t *cap) {
+    if (b->itemsize != item || b->len % item) {
+        PyErr_Format(PyExc_ValueError, "%s: expected items of %zd bytes", what, item);
+        return -1;
+    }
+    Py_ssize_t n = b->len / item;
+    if (*cap < 0 || n < *cap) *cap = n;
+    return 0;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(text, ph, ts, dur, name, cat, pid, tid, flow, flags, scope, start, end) -> int\n\n"
+"Scan a block `[{...},...]`, filling row k of each writable column for event k.\n"
+"Returns the number of events, or -1 when the block is not the plain case (the\n"
+"caller decodes it with the pure-Python path). Columns: ph uint8, ts/dur float64,\n"
+"name/cat/pid/tid/flow int32, flags/scope uint8, start/end int64 (byte span).");
+
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
+    Py_buffer text, b[12];
+    if (!self->names.slots) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*w*w*w*w*w*w*w*w*w*w*w*w*", &text, &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                          &b[6], &b[7], &b[8], &b[9], &b[10], &b[11]))
+        return NULL;
+    static const Py_ssize_t sizes[12] = {1, 8, 8, 4, 4, 4, 4, 4, 1, 1, 8, 8};
+    static const char *names[12] = {"ph", "ts", "dur", "name", "cat", "pid", "tid", "flow", "flags", "scope",
+                                    "start", "end"};
+    Py_ssize_t cap = -1, n = 0;
+    PyObject *result = NULL;
+    for (int i = 0; i < 12; i++)
+        if (get_out(&b[i], sizes[i], names[i], &cap) < 0) goto done;
+    Out o = {b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf,
+             b[9].buf, b[10].buf, b[11].buf, cap};
+    EventCtx ctx = {self, &o};
+    n = walk_array(text.buf, (const uint8_t *)text.buf + text.len, event_element, &ctx);
+    if (n == -2) goto done;
+    result = PyLong_FromSsize_t(n < 0 ? -1 : n);
+done:
+    PyBuffer_Release(&text);
+    for (int i = 0; i < 12; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyObject *Scanner_cache_bytes(Scanner *self, PyObject *unused) {
+    (void)unused;
+    size_t n = self->scratch_cap;
+    Table *ts[5] = {&self->names, &self->cats, &self->pids, &self->tids, &self->flows};
+    for (int i = 0; i < 5; i++)
+        if (ts[i]->slots) n += table_bytes(ts[i]);
+    return PyLong_FromSize_t(n);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS, scan_doc},
+    {"cache_bytes", (PyCFunction)Scanner_cache_bytes, METH_NOARGS,
+     "Bytes held by the scanner's own hash tables (for the memory budget)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tb_reduce_plugin._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scans Chrome trace JSON blocks into columns, interning into the given dicts and lists.",
+    .tp_methods = Scanner_methods,
+    .tp_init = (initproc)Scanner_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- spans: where each element of an array block starts and ends ------------------- */
+
+typedef struct {
+    int64_t *start, *end;
+    Py_ssize_t cap;
+} SpanCtx;
+
+static int span_element(Cursor *c, const uint8_t *base, Py_ssize_t k, void *ctx) {
+    SpanCtx *sp = ctx;
+    const uint8_t *open = c->p;
+    if (k >= sp->cap || skip_value(c, 1) < 0) return -1;
+    sp->start[k] = open - base;
+    sp->end[k] = c->p - base;
+    return 0;
+}
+
+PyDoc_STRVAR(spans_doc,
+"spans(text, start, end) -> int\n\n"
+"The byte span of each element of the JSON array `text`, into the int64 buffers;\n"
+"returns the count, or -1 when the text is not the plain case (the caller decodes\n"
+"it with msgspec, which says what is wrong).");
+
+static PyObject *spans(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer text, bs, be;
+    if (!PyArg_ParseTuple(args, "y*w*w*", &text, &bs, &be)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cap = -1, n = 0;
+    if (get_out(&bs, 8, "start", &cap) < 0 || get_out(&be, 8, "end", &cap) < 0) goto done;
+    SpanCtx ctx = {bs.buf, be.buf, cap};
+    n = walk_array(text.buf, (const uint8_t *)text.buf + text.len, span_element, &ctx);
+    result = PyLong_FromSsize_t(n < 0 ? -1 : n);
+done:
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    return result;
+}
+
+/* ---- XSpace: the `step_num` stat of XEvents, without a Python object per event ------- */
+
+enum { SV_NONE = 0, SV_DOUBLE, SV_UINT, SV_INT, SV_STR, SV_REF, SV_UNSET, SV_PYTHON = 255 };
+
+/* A protobuf varint at *p (at most 10 bytes); 0, or -1 when malformed or cut short. */
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    uint64_t x = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*p >= end) return -1;
+        uint8_t b = *(*p)++;
+        if (shift == 63 && b > 1) return -1;
+        x |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Skips a field of wire type `wt` (varint, fixed64, length-delimited, fixed32); groups
+ * and anything else are left to the pure path (-1). */
+static int skip_field(const uint8_t **p, const uint8_t *end, unsigned wt) {
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return read_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8) return -1;
+        *p += 8;
+        return 0;
+    case 2:
+        if (read_varint(p, end, &v) < 0 || v > (uint64_t)(end - *p)) return -1;
+        *p += v;
+        return 0;
+    case 5:
+        if (end - *p < 4) return -1;
+        *p += 4;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+typedef struct {
+    int kind;
+    uint64_t u;
+    double d;
+    const uint8_t *s, *e;
+    int64_t id;
+} StatValue;
+
+/* One XStat message [p, end): its metadata id and its value (the last of the oneof). */
+static int read_stat(const uint8_t *p, const uint8_t *end, StatValue *sv) {
+    memset(sv, 0, sizeof *sv);
+    sv->kind = SV_UNSET;
+    while (p < end) {
+        uint64_t tag, v;
+        if (read_varint(&p, end, &tag) < 0) return -1;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 0) return -1;
+        if (field == 1 && wt == 0) {
+            if (read_varint(&p, end, &v) < 0) return -1;
+            sv->id = (int64_t)v;
+        } else if (field == 2 && wt == 1) {
+            if (end - p < 8) return -1;
+            memcpy(&sv->d, p, 8);
+            p += 8;
+            sv->kind = SV_DOUBLE;
+        } else if ((field == 3 || field == 4 || field == 7) && wt == 0) {
+            if (read_varint(&p, end, &v) < 0) return -1;
+            sv->u = v;
+            sv->kind = field == 3 ? SV_UINT : field == 4 ? SV_INT : SV_REF;
+        } else if (field == 5 && wt == 2) {
+            if (read_varint(&p, end, &v) < 0 || v > (uint64_t)(end - p)) return -1;
+            sv->s = p;
+            sv->e = p + v;
+            p += v;
+            sv->kind = SV_STR;
+        } else if (field == 6 && wt == 2) {
+            return -1;  /* bytes: shown as hex, the pure path's rule */
+        } else if (skip_field(&p, end, wt) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The first stat of the XEvent [p, end) whose metadata id is one of `ids`. */
+static int event_step(const uint8_t *p, const uint8_t *end, const int64_t *ids, Py_ssize_t nids, StatValue *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = SV_NONE;
+    int found = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (read_varint(&p, end, &tag) < 0) return -1;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 0) return -1;
+        if (field == 4 && wt == 2) {
+            if (read_varint(&p, end, &v) < 0 || v > (uint64_t)(end - p)) return -1;
+            StatValue sv;
+            if (read_stat(p, p + v, &sv) < 0) return -1;  /* the whole event must parse, as in the pure path */
+            p += v;
+            if (!found) {
+                for (Py_ssize_t i = 0; i < nids; i++) {
+                    if (ids[i] == sv.id) {
+                        *out = sv;
+                        found = 1;
+                        break;
+                    }
+                }
+            }
+        } else if (skip_field(&p, end, wt) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(step_values_doc,
+"step_values(data, starts, ends, ids, kind, u64, f64, s, e)\n\n"
+"For each XEvent data[starts[k]:ends[k]], the first stat whose metadata id is in `ids`:\n"
+"kind[k] 0 none, 1 double (f64), 2 uint64 / 3 int64 / 5 ref (u64, as bits), 4 string\n"
+"(data[s:e]), 6 a stat without a value, 255 left to the pure path (damaged, bytes).");
+
+static PyObject *step_values(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer data, bs, be, bid, bk, bu, bd, bss, bse;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*", &data, &bs, &be, &bid, &bk, &bu, &bd, &bss, &bse)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bs.len / 8;
+    if (bs.len % 8 || be.len != bs.len || bid.len % 8 || bk.len != n || bu.len != 8 * n || bd.len != 8 * n ||
+        bss.len != 8 * n || bse.len != 8 * n) {
+        PyErr_SetString(PyExc_ValueError, "step_values: column sizes do not match");
+        goto done;
+    }
+    const uint8_t *base = data.buf;
+    const int64_t *starts = bs.buf, *ends = be.buf, *ids = bid.buf;
+    uint8_t *kind = bk.buf;
+    uint64_t *u = bu.buf;
+    double *d = bd.buf;
+    int64_t *ss = bss.buf, *se = bse.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        StatValue sv;
+        if (starts[k] < 0 || ends[k] < starts[k] || ends[k] > data.len ||
+            event_step(base + starts[k], base + ends[k], ids, bid.len / 8, &sv) < 0) {
+            kind[k] = SV_PYTHON;
+            continue;
+        }
+        kind[k] = (uint8_t)sv.kind;
+        u[k] = sv.u;
+        d[k] = sv.d;
+        ss[k] = sv.kind == SV_STR ? sv.s - base : 0;
+        se[k] = sv.kind == SV_STR ? sv.e - base : 0;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bid);
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bu);
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&bss);
+    PyBuffer_Release(&bse);
+    return result;
+}
+
+static PyObject *braces(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    Py_buffer text;
+    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+    const char *p = text.buf, *end = p + text.len;
+    Py_ssize_t n = 0;
+    while (p < end && (p = memchr(p, '{', (size_t)(end - p))) != NULL) {
+        n++;
+        p++;
+    }
+    PyBuffer_Release(&text);
+    return PyLong_FromSsize_t(n);
+}
+
+static PyMethodDef module_methods[] = {
+    {"spans", spans, METH_VARARGS, spans_doc},
+    {"step_values", step_values, METH_VARARGS, step_values_doc},
+    {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_scan",
+    "Native Chrome trace JSON scanning: columns and byte spans without a Python object per event.",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,135 @@
+"""Fuzzing the native scanner against the pure-Python path, for a fixed time budget.
+
+Inputs are real event text from the corpus (and a few hand-made odd events), mutated
+the ways damaged or hostile files are: bits flipped, bytes replaced by JSON's own
+punctuation, ranges deleted, duplicated or cut short. For each input the scanner must
+either hand the block back or agree with the pure path exactly: same table, and text
+it accepts must be text msgspec accepts. A memory error here is a crash (and under
+`make asan`, a report). `TB_REDUCE_FUZZ_SECONDS` sets the budget (default 12 s),
+`TB_REDUCE_FUZZ_SEED` replays a run; a failure names the seed and the case.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tb_reduce_plugin import native as native_module
+from tb_reduce_plugin.model import TableBuilder, decode_events
+from tests.table_equality import difference_both_ways, native, table_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+BUDGET_S = float(os.environ.get("TB_REDUCE_FUZZ_SECONDS", "12"))
+PUNCTUATION = b'{}[]",:\\0123456789eE.-+ \ntfnu'
+
+pytestmark = pytest.mark.skipif(not native_module.available(), reason="the native scanner is not built here")
+
+
+def _seeds() -> list[bytes]:
+    """Blocks `[...]` of real events: the first few kB of each corpus trace's event list."""
+    out = []
+    for path in sorted(CORPUS.glob("*/*/*")):
+        if not path.name.endswith((".json", ".json.gz")):
+            continue
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(200_000)
+        at = head.find(b"[", head.find(b'"traceEvents"') if b'"traceEvents"' in head else 0)
+        if at < 0:
+            continue
+        for size in (600, 3000, 12000):
+            cut = head.rfind(b"}", at, at + size)
+            if cut > at:
+                out.append(head[at:cut + 1] + b"]")
+    out.append(b'[{"ph":"X","name":"caf\\u00e9 \\ud83d\\ude00","pid":"p","tid":-1,"ts":1.25e3,"dur":0,'
+               b'"args":{"step_num":"3","x":[1,{"y":null}]}},{"ph":"s","id":"0x1","cat":"c","ts":2},'
+               b'{"ph":"C","name":"m","ts":3,"args":{"v":1.5}},{"ph":"M","name":"thread_name","args":{"name":"t"}}]')
+    return out
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.choice((1, 1, 2, 3, 8))):
+        if not b:
+            break
+        i = rng.randrange(len(b))
+        kind = rng.randrange(7)
+        if kind == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            b[i] = rng.choice(PUNCTUATION)
+        elif kind == 2:
+            del b[i:i + rng.randrange(1, 40)]
+        elif kind == 3:
+            j = min(len(b), i + rng.randrange(1, 200))
+            b[i:i] = b[i:j]
+        elif kind == 4:
+            b[i:i] = bytes([rng.randrange(256)])
+        elif kind == 5:
+            del b[rng.randrange(len(b)):]
+        else:
+            b[i:i] = rng.choice([b"\\u", b"\xc3", b"\xed\xa0\x80", b"1e400", b"-0", b"99999999999999999999", b"{", b"]"])
+    return bytes(b)
+
+
+def _check_block(text: bytes) -> None:
+    with native(True):
+        scanning = TableBuilder()
+        block = scanning.scan(text)
+    if block is not None:
+        try:
+            events = decode_events(text)
+        except msgspec.DecodeError as exc:
+            raise AssertionError(f"the scanner took text msgspec refuses ({exc})") from None
+        pure = TableBuilder()
+        pure.add(events, len(text))
+        scanning.add(block, len(text))
+        diff = table_difference(scanning.build(), pure.build())
+        assert diff is None, diff
+    module = native_module.scanner_module()
+    starts = __import__("numpy").empty(module.braces(text) + 1, dtype="int64")
+    ends = starts.copy()
+    n = module.spans(text, starts, ends)
+    if n >= 0:
+        raws = msgspec.json.decode(text, type=list[msgspec.Raw])
+        assert len(raws) == n and all(bytes(r) == text[s:e] for r, s, e in zip(raws, starts, ends))
+
+
+def test_mutated_real_event_blocks_are_handed_back_or_scanned_exactly_as_python_reads_them() -> None:
+    seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(time.time_ns() % 2**32)))
+    rng = random.Random(seed)
+    seeds = _seeds()
+    assert len(seeds) > 50
+    deadline = time.monotonic() + BUDGET_S * 0.75
+    cases = 0
+    while time.monotonic() < deadline:
+        text = _mutate(rng, rng.choice(seeds))
+        try:
+            _check_block(text)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, case {cases}: {exc}\n{text[:300]!r}") from None
+        cases += 1
+    assert cases > 100
+
+
+def test_mutated_trace_files_index_to_the_same_table_or_the_same_error_both_ways(tmp_path: Path) -> None:
+    seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(time.time_ns() % 2**32)))
+    rng = random.Random(seed)
+    seeds = _seeds()
+    deadline = time.monotonic() + BUDGET_S * 0.25
+    cases = 0
+    while time.monotonic() < deadline:
+        body = _mutate(rng, rng.choice(seeds))
+        path = tmp_path / f"case{cases % 4}.json"
+        path.write_bytes(b'{"traceEvents":' + body + (b"}" if rng.random() < 0.8 else b""))
+        diff = difference_both_ways(path)
+        assert diff is None, f"seed {seed}, case {cases}: {diff}\n{body[:300]!r}"
+        cases += 1
+    assert cases > 10

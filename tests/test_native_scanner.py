@@ -1,0 +1,191 @@
+"""The native Chrome JSON scanner gives the same event table as the pure-Python path:
+on every real trace of the corpus, on the odd cases real files hold (escapes, string
+pids, flows, counters, step markers, metadata), and on text it must leave alone."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tb_reduce_plugin import native as native_module
+from tb_reduce_plugin.model import ScannedBlock, TableBuilder
+from tb_reduce_plugin.pipeline import index_file, reduce_index, reduce_to_bytes
+from tb_reduce_plugin.reduction import default_window
+from tests.table_equality import difference_both_ways, native
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+CHROME = sorted(p for p in CORPUS.glob("*/*/*") if p.name.endswith((".json", ".json.gz")))
+
+pytestmark = pytest.mark.skipif(not native_module.available(), reason="the native scanner is not built here")
+
+
+@pytest.mark.parametrize("path", CHROME, ids=[p.name[:60] for p in CHROME])
+def test_every_corpus_trace_indexes_to_the_same_table_natively_and_in_pure_python(path: Path) -> None:
+    assert difference_both_ways(path) is None
+
+
+def test_a_real_kineto_trace_reduces_to_the_same_bytes_both_ways() -> None:
+    path = next(p for p in CHROME if "resnet50_num_workers_0" in p.name)
+    outputs = []
+    for on in (True, False):
+        with native(on):
+            outputs.append(reduce_to_bytes(path, level=2))
+    assert outputs[0] == outputs[1]
+
+
+def test_the_scanner_reads_plain_blocks_itself_rather_than_handing_them_back() -> None:
+    path = next(p for p in CHROME if "resnet50_num_workers_0" in p.name)
+    scanned = []
+    original = TableBuilder.scan
+
+    def spy(self: TableBuilder, text: object) -> object:
+        block = original(self, text)
+        scanned.append(block is not None)
+        return block
+
+    with native(True), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TableBuilder, "scan", spy)
+        index = index_file(path)
+    assert index.events > 70_000 and any(scanned)
+
+
+ODD_EVENTS = [
+    {"ph": "X", "name": "caf\u00e9 \u2603 \U0001F600 \"quoted\" back\\slash\nline", "pid": 1, "tid": 2, "ts": 1.5, "dur": 2},
+    {"ph": "X", "name": 7, "pid": "host:1", "tid": "stream 7", "ts": 3, "dur": 1},
+    {"ph": "X", "name": None, "cat": None, "pid": None, "tid": None, "ts": -0.0, "dur": 0},
+    {"ph": "X", "name": "n", "pid": -999_999_999_999_999_999, "tid": 10**17, "ts": 1e3, "dur": 2.5e-3},
+    {"ph": "s", "name": "flow", "cat": "ac2g", "id": 17, "pid": 1, "tid": 2, "ts": 4},
+    {"ph": "f", "name": "flow", "cat": "ac2g", "id": 17, "bp": "e", "pid": 1, "tid": 2, "ts": 5},
+    {"ph": "t", "name": "flow", "cat": "ac2g", "id": "0x1f", "pid": 1, "tid": 2, "ts": 5},
+    {"ph": "i", "name": "inst", "s": "g", "pid": 1, "tid": 2, "ts": 6},
+    {"ph": "I", "name": "inst", "s": "p", "pid": 1, "tid": 2, "ts": 6},
+    {"ph": "R", "name": "inst", "s": "t", "pid": 1, "tid": 2, "ts": 6},
+    {"ph": "C", "name": "mem", "pid": 1, "ts": 7, "args": {"used": 5, "free": "x", "frac": 0.5}},
+    {"ph": "C", "name": "mem", "pid": 1, "args": {"used": 6}},
+    {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "trainer"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "main"}},
+    {"ph": "X", "name": "step", "pid": 1, "tid": 2, "ts": 8, "dur": 3, "args": {"step_num": "12"}},
+    {"ph": "X", "name": "not a step", "pid": 1, "tid": 2, "ts": 9, "dur": 1, "args": {"nested": {"step_num": 3}}},
+    {"ph": "B", "name": "step_num", "pid": 1, "tid": 2, "ts": 10, "args": {"k": "step_num"}},
+    {"ph": "E", "pid": 1, "tid": 2, "ts": 11},
+    {"ph": "X", "name": "args", "pid": 1, "tid": 2, "ts": 12, "dur": 1,
+     "args": {"a": [1, [2, [3, {"b": None}]]], "t": True, "f": False, "e": -1.5e-7, "s": "\u0000\u001f"}},
+    {"ph": "", "name": "empty phase"},
+    {"ph": "XX", "name": "two-letter phase"},
+    {"ph": "\u00e9", "name": "non-ASCII phase"},
+    {},
+    {"unknown": {"deep": [1, 2, {"x": "y"}]}, "ph": "X", "ts": 13, "dur": 1},
+]
+
+
+@pytest.mark.parametrize("event", ODD_EVENTS, ids=[json.dumps(e)[:40] for e in ODD_EVENTS])
+def test_each_odd_but_plain_event_is_scanned_natively_into_the_same_table(tmp_path: Path, event: dict) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [ODD_EVENTS[0], event, ODD_EVENTS[1]]}))
+    assert difference_both_ways(path) is None
+    text = ("[" + json.dumps(event) + "]").encode()
+    with native(True):
+        assert isinstance(TableBuilder().scan(text), ScannedBlock)
+
+
+LEFT_TO_PYTHON = [
+    b'[{"ph":"X","name":1.5}]',  # a float name
+    b'[{"ph":"X","name":true}]',  # a bool name
+    b'[{"ph":"X","pid":1.0}]',  # a float pid
+    b'[{"ph":"X","ts":"12"}]',  # a time as a string
+    b'[{"ph":"X","ts":null}]',
+    b'[{"ph":"X","ts":1e400}]',  # infinite
+    b'[{"ph":"X","pid":123456789012345678901234567890}]',  # beyond int64
+    b'[{"ph":"X","ph":"B"}]',  # a field given twice
+    b'[{"\\u0070h":"X"}]',  # an escaped key that spells a field
+    b'[{"ph":"X","name":"\\ud800"}]',  # a lone surrogate escape
+    b'[{"ph":"X","name":"\xff"}]',  # invalid UTF-8
+    b'[{"ph":"s","id2":{"local":"0x1"},"cat":"c"}]',  # a flow without an id
+    b'[1, {"ph":"X"}]',  # an element that is not an object
+    b'[{"ph":"X","args":' + b'[' * 100 + b']' * 100 + b'}]',  # nested deeper than the scanner goes
+    b'[{"ph":"X"} {"ph":"X"}]',  # malformed
+    b'[{"ph":"X","ts":01}]',  # a leading zero
+    b'[{"ph":"X"}',  # unterminated
+    b'[{"ph":"X"}] x',  # trailing text
+]
+
+
+@pytest.mark.parametrize("text", LEFT_TO_PYTHON, ids=[t[:40].decode("latin-1") for t in LEFT_TO_PYTHON])
+def test_text_outside_the_plain_case_is_handed_back_to_the_pure_python_path(text: bytes) -> None:
+    with native(True):
+        assert TableBuilder().scan(text) is None
+
+
+@pytest.mark.parametrize("text", LEFT_TO_PYTHON[:13], ids=[t[:40].decode("latin-1") for t in LEFT_TO_PYTHON[:13]])
+def test_a_trace_holding_such_an_event_still_gives_the_same_table_both_ways(tmp_path: Path, text: bytes) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":1},' + text[1:-1] + b']}')
+    assert difference_both_ways(path) is None
+
+
+def test_every_prefix_of_a_block_is_refused_cleanly_and_never_read_past_its_end() -> None:
+    text = json.dumps(ODD_EVENTS[:12]).encode()
+    with native(True):
+        for cut in range(len(text)):
+            # a copy of exactly the prefix, so a read past its end is a read out of bounds
+            assert TableBuilder().scan(bytes(text[:cut])) is None
+        assert TableBuilder().scan(text) is not None
+
+
+def test_the_scanner_charges_its_hash_tables_to_the_builders_memory() -> None:
+    names = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(20_000)]
+    text = json.dumps(names).encode()
+    with native(True):
+        builder = TableBuilder()
+        block = builder.scan(text)
+        assert block is not None
+        builder.add(block, len(text))
+        assert builder._scanner.cache_bytes() > 20_000 * 8
+        assert builder._held() > builder._scanner.cache_bytes()
+        table = builder.build()
+    assert table.names[:3] == ["op0", "op1", "op2"] and len(table.names) == 20_000
+    assert np.array_equal(table.ts, np.arange(20_000, dtype=np.float64))
+
+
+def test_a_build_named_by_tb_reduce_scan_path_is_the_one_loaded() -> None:
+    path = os.environ.get("TB_REDUCE_SCAN_PATH")
+    with native(True):
+        module = native_module.scanner_module()
+    assert module is not None
+    if path:  # `make asan`: the sanitizer build, not the installed one
+        assert module.__file__ == path
+    else:
+        assert Path(module.__file__).parent == ROOT / "tb_reduce_plugin"
+
+
+def _reductions(index: object, windows: list) -> list[bytes]:
+    out = []
+    for level, t0, t1 in windows:
+        buf = io.BytesIO()
+        reduce_index(index, buf, level, t0, t1, gzip=False)
+        out.append(buf.getvalue())
+    return out
+
+
+def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pass_writes(tmp_path: Path) -> None:
+    path = next(p for p in CHROME if "resnet50_num_workers_0" in p.name)
+    with native(False):
+        pure = index_file(path)
+    t0, t1 = default_window(pure.table)
+    third = (t1 - t0) / 3
+    windows = [(0, None, None), (2, t0 + third, t1 - third), (0, t0 + third, t0 + 2 * third), (1, None, None)]
+    expected = _reductions(pure, windows)
+    with native(True):
+        served = index_file(path, store_dir=str(tmp_path / "store"))
+    assert served.source.positions is not None
+    served.source.block_size = 50_000  # many chunks: events straddle their edges
+    first = _reductions(served, windows[:1])  # the first pass reads the file and keeps it by chunks
+    assert served.source.has_store
+    rest = _reductions(served, windows[1:])  # later windows read only the chunks they need
+    assert first + rest == expected
