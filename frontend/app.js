@@ -7,7 +7,7 @@ import {TraceLoader} from './loader.js';
 import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
 import {FLAG_SUMMARY, inputIndexOf} from './model.js';
 import {WaveformPanel} from './panels/waveforms.js';
-import {fetchWindow, needsFetch} from './policy.js';
+import {fetchWindow, needsFetch, screenResolution} from './policy.js';
 import {LEVELS, downloadUrl, linkParams, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
 import {Timeline} from './timeline.js';
 import {AggregatePanel, relSeconds} from './panels/aggregate.js';
@@ -45,7 +45,9 @@ class Dashboard {
     this.initial = initial;
     this.standalone = standalone;
     this.runs = [];
-    this.sel = {run: null, host: null, level: initial.level};
+    // explicitLevel: the user picked the level, or the link named it (state.js); until then
+    // the default level is cut to the screen's resolution, as `auto` always is (load()).
+    this.sel = {run: null, host: null, level: initial.level, explicitLevel: initial.explicitLevel};
     this.data = null; // {key, level, window, full, bucketUs, model}
     this.extents = new Map(); // run/host → the whole trace's window, once seen
     this.extentAsked = new Set();
@@ -381,9 +383,11 @@ class Dashboard {
     this.updateLinks();
   }
 
+  /** The user picked `level` (the select, or a button naming one): it is explicit from now on. */
   setLevel(level, {keepSelection = false} = {}) {
     if (!keepSelection) this.clearSelection(); // what was selected at one level is not what the next draws
     this.sel.level = level;
+    this.sel.explicitLevel = true;
     this.levelSelect.value = level;
     const view = this.timeline.getView();
     const ext = this.extents.get(this.key());
@@ -410,7 +414,12 @@ class Dashboard {
     }
     this.hideMessage();
     const seq = ++this.seq;
-    const params = viewParams({run: this.sel.run, host: this.sel.host, level, window});
+    // `auto`, and the default level until the user picks one, ask for the buckets the screen
+    // can show (XProf's `resolution`): one per device pixel of the canvas, the whole trace or
+    // a zoomed window alike (levels 1-4 get min(that, their own count)). An explicit level
+    // 0-4 (picked, or from a link) is exactly that level, as its download is.
+    const resolution = level === 'auto' || !this.sel.explicitLevel ? this.canvasResolution() : null;
+    const params = viewParams({run: this.sel.run, host: this.sel.host, level, window, resolution});
     // The timeline draws no args; a click asks the `event` route for them. Leaving
     // them out makes each window cheaper to write, send and parse.
     params.set('args', '0');
@@ -424,7 +433,7 @@ class Dashboard {
         this.setProgress(1);
       },
     });
-    this.inflight = {seq, job, controller, window, level, key};
+    this.inflight = {seq, job, controller, window, level, key, resolution};
     this.timelineBox.dataset.loading = '1';
     this.setStatus(`Reducing ${this.sel.host} at level ${level} on the server…`);
     this.setProgress(0);
@@ -434,8 +443,14 @@ class Dashboard {
       this.pendingStats = stats;
       if (!this.inflight) this.applyStats(stats);
     }).catch(() => {}); // the trace request reports failures
-    job.promise.then((model) => this.loaded(seq, model, window, level, key, started),
+    job.promise.then((model) => this.loaded(seq, model, window, level, key, started, resolution),
       (err) => this.failed(seq, err));
+  }
+
+  /** The screen's bucket count: the timeline canvas's CSS width × devicePixelRatio, clamped (policy.js). */
+  canvasResolution() {
+    const css = this.timeline.canvas.getBoundingClientRect().width || this.timeline.width;
+    return screenResolution(css, window.devicePixelRatio || 1);
   }
 
   abortInflight() {
@@ -456,7 +471,7 @@ class Dashboard {
     this.setProgress(expected ? received / expected : 0.5);
   }
 
-  loaded(seq, model, window, level, key, started) {
+  loaded(seq, model, window, level, key, started, resolution = null) {
     if (seq !== this.seq) return;
     this.inflight = null;
     this.timelineBox.dataset.loading = '0';
@@ -469,7 +484,7 @@ class Dashboard {
       this.timeline.setExtent(dataWindow.slice());
     }
     this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
-      full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, model};
+      full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, asked: resolution, model};
     this.timeline.setModel(model, dataWindow);
     this.steps.setModel(model);
     this.steps.setView(this.timeline.getView());
@@ -485,6 +500,7 @@ class Dashboard {
     if (!full && !this.extents.has(key)) this.discoverExtent(key);
     this.timelineBox.dataset.level = String(this.data.level);
     this.timelineBox.dataset.events = String(model.eventCount);
+    this.timelineBox.dataset.buckets = tb.resolution ? String(tb.resolution) : '';
     this.stats = this.pendingStats && this.pendingStats.level === this.data.level ? this.pendingStats : null;
     this.renderStats();
     this.updateLinks();
@@ -583,8 +599,8 @@ class Dashboard {
       this.downloadLink.removeAttribute('href');
       return;
     }
-    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, window: this.currentWindow(),
-      event: this.selected ? this.selected.input : null};
+    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, explicitLevel: this.sel.explicitLevel,
+      window: this.currentWindow(), event: this.selected ? this.selected.input : null};
     this.shareLink.href = shareUrl(BASE, state);
     this.downloadLink.href = downloadUrl(BASE, state);
     const view = this.timeline.getView();
@@ -639,8 +655,9 @@ class Dashboard {
       ['file', `${formatBytes(fileBytes)} (${input.format || (host && host.format) || '?'})`],
     ];
     if (input.json_bytes && input.format !== 'xspace') original.push(['JSON', formatBytes(input.json_bytes)]);
+    const screen = d.asked && tb.resolution === d.asked ? ', one per screen pixel' : '';
     const reduced = [
-      ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets of ${formatDuration(tb.bucket_us)}` : ' · lossless'}`],
+      ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets of ${formatDuration(tb.bucket_us)}${screen}` : ' · lossless'}`],
       ['events', `${formatCount(output.events)} (${formatRatio(output.events, input.events)})` +
         (output.summaries ? `, of which ${formatCount(output.summaries)} summaries` : '')],
       ['JSON', output.json_bytes !== undefined ? `${formatBytes(output.json_bytes)}${input.json_bytes && input.format !== 'xspace' ? ` (${formatRatio(output.json_bytes, input.json_bytes)})` : ''}` : '…'],

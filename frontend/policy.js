@@ -10,10 +10,27 @@
 
 export const PREFETCH_FACTOR = 3;
 export const ZOOM_REFETCH = 8;
+/** The bucket counts a `resolution` may ask for: the server's MAX_RESOLUTION (reduction.py) at most. */
+export const MIN_RESOLUTION = 256;
+export const MAX_RESOLUTION = 1_000_000;
+
+/**
+ * The `resolution` an `auto` view asks for, as XProf's trace viewer sizes it from its
+ * pixels: one bucket per device pixel of the timeline's canvas (its CSS width × the
+ * device pixel ratio), rounded and clamped to [MIN_RESOLUTION, MAX_RESOLUTION]. Each
+ * fetch, the whole trace or a zoomed window, asks for the same count; the data's
+ * `bucketUs` then says when a zoom has made its buckets too coarse (needsFetch).
+ */
+export function screenResolution(cssWidth, dpr) {
+  const px = Math.round((Number(cssWidth) || 0) * (Number(dpr) > 0 ? Number(dpr) : 1));
+  return Math.min(MAX_RESOLUTION, Math.max(MIN_RESOLUTION, Number.isFinite(px) ? px : MIN_RESOLUTION));
+}
 
 /**
  * @param view [t0, t1] visible µs
- * @param data {window: [t0, t1], level: resolved level (0..4), bucketUs, full: bool} or null
+ * @param data {window: [t0, t1], level: resolved level (0..4), bucketUs, full: bool} or null;
+ *   `bucketUs` is the answer's own (`tb_reduce.bucket_us`): a level's bucket count or, at
+ *   `auto`, the screen's `resolution`, so both refetch by the same rule
  * @param plotWidth visible plot width in px
  */
 export function needsFetch(view, data, plotWidth) {

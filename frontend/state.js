@@ -1,13 +1,21 @@
 // The shareable part of the dashboard's state (run, host, level, window and the
 // selected event) and its round trip through a URL query string: the `view` page
 // reads it back, so a copied link reopens exactly what the sender saw.
+//
+// A level is *explicit* once the user picks it (the level select) or a link names it
+// (`level=`); until then the view is the default one: level 2's args and keep rules
+// cut to the screen's `resolution` (app.js). A link from a default view names no level,
+// so it reopens as a default view on the receiver's screen rather than pinning level 2.
 
 export const LEVELS = ['auto', '0', '1', '2', '3', '4'];
 // Level 2, as the command line and the plugin's routes: `auto` aims at a file's
 // budget (500 k events) and would hand a zoomed window far more than a screen shows.
 export const DEFAULT_LEVEL = '2';
 
-/** Reads {run, host, level, window, event} from a query string; bad values are ignored, not fatal. */
+/**
+ * Reads {run, host, level, explicitLevel, window, event} from a query string; bad values
+ * are ignored, not fatal. `explicitLevel`: the query names a valid level.
+ */
 export function parseViewState(search) {
   const q = new URLSearchParams(search);
   const level = q.get('level');
@@ -18,6 +26,7 @@ export function parseViewState(search) {
     run: q.get('run') || null,
     host: q.get('host') || null,
     level: LEVELS.includes(level) ? level : DEFAULT_LEVEL,
+    explicitLevel: LEVELS.includes(level),
     window: hasWindow ? [start, end] : null,
     event: parseEventIndex(q.get('event')),
   };
@@ -38,12 +47,17 @@ export function roundUs(us) {
   return Math.round(us * 1000) / 1000;
 }
 
-/** The query parameters every route shares: run, host, level and, if any, the window. */
-export function viewParams({run, host, level, window}) {
+/**
+ * The query parameters every route shares: run, host, level and, if any, the window;
+ * `resolution` (the timeline's bucket count, policy.js: at `auto`, and at the default
+ * level until one is picked) only where given.
+ */
+export function viewParams({run, host, level, window, resolution}) {
   const params = new URLSearchParams();
   params.set('run', run);
   params.set('host', host);
   params.set('level', level || DEFAULT_LEVEL);
+  if (Number.isSafeInteger(resolution) && resolution > 0) params.set('resolution', String(resolution));
   if (window) {
     params.set('start_us', String(roundUs(window[0])));
     params.set('end_us', String(roundUs(window[1])));
@@ -51,9 +65,15 @@ export function viewParams({run, host, level, window}) {
   return params;
 }
 
-/** A link's parameters: the view's, plus `event` (the selected event's input index) if any. */
+/**
+ * A link's parameters: the view's, plus `event` (the selected event's input index) if any.
+ * Never a `resolution`: it is the sender's screen, and the receiver's sizes its own. No
+ * `level` either where `state.explicitLevel` is false (a default view): the receiver's is
+ * then a default view too, sized to its own screen, not a pinned level 2.
+ */
 export function linkParams(state) {
-  const params = viewParams(state);
+  const params = viewParams({...state, resolution: null});
+  if (state.explicitLevel === false) params.delete('level');
   if (Number.isSafeInteger(state.event) && state.event >= 0) params.set('event', String(state.event));
   return params;
 }
@@ -63,9 +83,12 @@ export function shareUrl(base, state) {
   return new URL(`view?${linkParams(state)}`, base).href;
 }
 
-/** The reduced `.json.gz` of this level and window, as a file download. */
+/**
+ * The reduced `.json.gz` of this level and window, as a file download: at the level's own
+ * bucket count (no screen `resolution`), as the command line makes it.
+ */
 export function downloadUrl(base, state) {
-  const params = viewParams(state);
+  const params = viewParams({...state, resolution: null});
   params.set('download', '1');
   return new URL(`trace?${params}`, base).href;
 }

@@ -4,8 +4,11 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `runs` — every run and host found in the logdir, with format and size
 - `trace?run=&host=&level=&start_us=&end_us=` — the reduced trace (gzip on the
   wire; `&download=1` sends the `.json.gz` file itself; `&args=0` leaves out the
-  kept events' args, which the dashboard fetches per event from `event`)
-- `stats?run=&host=&level=&start_us=&end_us=` — the `tb_reduce` object, sizes, timings
+  kept events' args, which the dashboard fetches per event from `event`;
+  `&resolution=N` cuts the window into at most N buckets, as the dashboard sizes it
+  from its canvas: at `auto` on the level the budget picks, at levels 1-4 into
+  min(N, the level's own count); level 0 ignores it)
+- `stats?run=&host=&level=&start_us=&end_us=&resolution=` — the `tb_reduce` object, sizes, timings
 - `event?run=&host=&i=` — one input event with its full args
 - `search?run=&host=&q=&re=&icase=&start_us=&end_us=&limit=&offset=` — events by name over
   the whole trace (folded ones too), in time order, a page at a time
@@ -65,6 +68,7 @@ from .pipeline import check_window, parse_level
 from .profile_tab import asks
 from .profile_tab.answers import ProfileTabAnswers
 from .profile_tab.hook import MODES, ProfileTabHook, WsgiApp
+from .reduction import MAX_RESOLUTION, RESOLUTION
 from .service import NotFound, TraceService, default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -173,6 +177,24 @@ def _count_param(request: wrappers.Request, name: str) -> Optional[int]:
     return int(raw)
 
 
+def _resolution_param(request: wrappers.Request, level: Any) -> Optional[int]:
+    """`resolution`: the bucket count a viewer sizes from its pixels, 1..MAX_RESOLUTION,
+    checked whatever the level. `auto` takes it as given (the budget picks the level, then
+    at most N buckets); levels 1-4 cut the window into min(N, the level's own count), so it
+    is None where N is no fewer: the answer, its ETag and its cache entry are then exactly
+    the level's, as the command line and downloads make it. Level 0 has no buckets: None."""
+    raw = _text_param(request, "resolution", required=False)
+    if raw is None:
+        return None
+    value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 7 else 0
+    if not 1 <= value <= MAX_RESOLUTION:
+        raise RequestError(400, f"parameter 'resolution' must be a whole number of buckets from 1 to "
+                                f"{MAX_RESOLUTION:,}, not {raw[:40]!r}")
+    if level == "auto":
+        return value
+    return value if level in RESOLUTION and value < RESOLUTION[level] else None
+
+
 class TraceReducePlugin(base_plugin.TBPlugin):
     """Serves the traces of a logdir reduced on the fly (see the module docstring)."""
 
@@ -275,24 +297,25 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
         return http_util.Respond(request, body, "application/json", headers=[("ETag", etag)])
 
-    def _view_request(self, request: wrappers.Request) -> tuple[str, str, Any, Optional[float], Optional[float], bool]:
+    def _view_request(self, request: wrappers.Request
+                      ) -> tuple[str, str, Any, Optional[float], Optional[float], bool, Optional[int]]:
         run, host, level, start, end = view_params(request)
         args = request.args.get("args", "1")
         if args not in ("0", "1"):
             raise RequestError(400, f"parameter 'args' must be 0 or 1, not {args[:40]!r}")
-        return run, host, level, start, end, args == "0"
+        return run, host, level, start, end, args == "0", _resolution_param(request, level)
 
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
-        run, host, level, start, end, drop_args = self._view_request(request)
+        run, host, level, start, end, drop_args, resolution = self._view_request(request)
         download = request.args.get("download") in ("1", "true")
         # The ETag names the file as listed and the view asked; reductions are deterministic,
         # so a revalidation is answered without computing or reading anything.
-        tag = self.service.etag(run, host, level, start, end, drop_args)
+        tag = self.service.etag(run, host, level, start, end, drop_args, resolution)
         etag = f'"{tag}{"-d" if download else ""}"'
         # Responses made here, not by `Respond`, carry the headers TensorBoard's security validator requires.
         if etag in request.headers.get("If-None-Match", ""):
             return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
-        r = self.service.reduction(run, host, level, start, end, drop_args=drop_args)
+        r = self.service.reduction(run, host, level, start, end, drop_args=drop_args, resolution=resolution)
         assert r.body is not None
         headers = [("ETag", f'"{r.etag}{"-d" if download else ""}"'), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
         if download:
@@ -304,9 +327,9 @@ class TraceReducePlugin(base_plugin.TBPlugin):
                        inflated_length=None if gzip_ok else r.stats["output"]["json_bytes"])
 
     def _stats(self, request: wrappers.Request) -> wrappers.Response:
-        run, host, level, start, end, drop_args = self._view_request(request)
+        run, host, level, start, end, drop_args, resolution = self._view_request(request)
         return _json(request, self.service.reduction(run, host, level, start, end, drop_args=drop_args,
-                                                     with_body=False).stats)
+                                                     with_body=False, resolution=resolution).stats)
 
     def _event(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")

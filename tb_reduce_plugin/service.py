@@ -232,11 +232,11 @@ class TraceService:
             return self.reduction_of(tf, level, start_us, end_us, drop_args, with_body, resolution)
 
     def etag(self, run: str, host: str, level: Level, start_us: Optional[float], end_us: Optional[float],
-             drop_args: bool = False) -> str:
+             drop_args: bool = False, resolution: Optional[int] = None) -> str:
         """What names a reduction's bytes: the file as listed and the view asked (reductions
         are deterministic), known without computing or reading anything."""
         check_window(start_us, end_us)
-        return self._digest(self.trace_file(run, host), level, start_us, end_us, drop_args)[:32]
+        return self._digest(self.trace_file(run, host), level, start_us, end_us, drop_args, resolution)[:32]
 
     @staticmethod
     def _digest(tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
