@@ -127,6 +127,7 @@ class Series:
     cmd: list[str]
     runs: list[Run] = field(default_factory=list)
     skipped: str = ""
+    env: dict = field(default_factory=dict)  # set on top of the children's environment
 
     def ok_runs(self) -> list[Run]:
         return [r for r in self.runs if r.rc == 0]
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--repeats", type=int, default=3)
     ap.add_argument("--level", default="2", help="tb-reduce level (default 2)")
     ap.add_argument("--skip-naive", action="store_true", help="do not run the json.load/json.dump baseline")
+    ap.add_argument("--skip-pure", action="store_true",
+                    help="do not run tb-reduce a second time with its native scanner off (TB_REDUCE_NATIVE=0)")
     ap.add_argument("--runner", choices=["auto", "script", "module"], default="auto",
                     help="how to start tb-reduce (default: console script if on PATH, else python -m)")
     ap.add_argument("--out-dir", default="/tmp", help="where outputs of the runs go")
@@ -292,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     tb = Series(f"tb-reduce --level {a.level}",
                 prefix + ["reduce", trace, "-o", out_tb, "--level", a.level, "--stats-json", stats_path])
     naive = Series("naive: json.load + filter + json.dump", [sys.executable, "-c", NAIVE_SRC, trace, out_naive, "20000"])
+    out_pure = os.path.join(a.out_dir, "tb_reduce_bench_out_pure.json.gz")
+    pure = Series(f"tb-reduce --level {a.level}, pure Python", prefix + ["reduce", trace, "-o", out_pure, "--level", a.level],
+                  env={"TB_REDUCE_NATIVE": "0"})
+    if a.skip_pure:
+        pure.skipped = "--skip-pure"
 
     # The floor first: it also measures the uncompressed size the naive estimate needs.
     r = run_child(floor.cmd)
@@ -318,11 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
 
     for i in range(a.repeats):
-        order = [floor, tb] + ([] if naive.skipped else [naive])
+        order = [floor, tb] + ([] if pure.skipped else [pure]) + ([] if naive.skipped else [naive])
         for s in order:
             if s is floor and i == 0:
                 continue  # already ran once above
-            r = run_child(s.cmd, cwd=REPO, env=env)
+            r = run_child(s.cmd, cwd=REPO, env={**env, **s.env})
             s.runs.append(r)
             status = "ok" if r.rc == 0 else f"FAILED rc={r.rc}: {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
             print(f"  [{i + 1}/{a.repeats}] {s.name:<42} {r.wall_s:8.2f} s  {r.maxrss_mb:8.0f} MB  {status}",
@@ -335,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     widths = [42, 9, 8, 8, 9, 11, 8]
     print(fmt_row(["step", "median s", "min s", "max s", "JSON GB/s", "peak RSS MB", "CPU s"], widths))
     print(fmt_row(["-" * 42, "-" * 9, "-" * 8, "-" * 8, "-" * 9, "-" * 11, "-" * 8], widths))
-    for s in (floor, tb, naive):
+    for s in (floor, tb, pure, naive):
         if s.skipped:
             print(fmt_row([s.name, "skipped", "", "", "", "", ""], widths))
             continue
@@ -360,13 +368,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if tb.ok_runs():
         compare(tb, floor, "tb_over_floor", "tb-reduce / floor ")
+        if pure.ok_runs():
+            compare(pure, tb, "pure_over_native", "pure / native    ")
+            same = Path(out_pure).read_bytes() == Path(out_tb).read_bytes()
+            print(f"pure and native outputs identical: {same}")
+            ratios["outputs_identical"] = float(same)
         if naive.ok_runs():
             compare(naive, tb, "naive_over_tb", "naive / tb-reduce ")
 
     # ---- footprint ---------------------------------------------------------- #
     result: dict[str, object] = {
         "trace": trace, "gzip_bytes": gz_bytes, "json_bytes": raw_bytes, "repeats": a.repeats,
-        "runner": runner_desc, "implementation": fingerprint, "series": [asdict(s) for s in (floor, tb, naive)], "ratios": ratios,
+        "runner": runner_desc, "implementation": fingerprint,
+        "series": [asdict(s) for s in (floor, tb, pure, naive)], "ratios": ratios,
     }
     if tb.ok_runs() and os.path.exists(out_tb):
         stats = json.loads(Path(stats_path).read_text()) if os.path.exists(stats_path) else {}
