@@ -1146,19 +1146,21 @@ static int event_step(const uint8_t *p, const uint8_t *end, const int64_t *ids, 
 }
 
 PyDoc_STRVAR(step_values_doc,
-"step_values(data, starts, ends, ids, kind, u64, f64, s, e)\n\n"
+"step_values(data, starts, ends, ids, kind, u64, f64, s, e, quotes)\n\n"
 "For each XEvent data[starts[k]:ends[k]], the first stat whose metadata id is in `ids`:\n"
 "kind[k] 0 none, 1 double (f64), 2 uint64 / 3 int64 / 5 ref (u64, as bits), 4 string\n"
-"(data[s:e]), 6 a stat without a value, 255 left to the pure path (damaged, bytes).");
+"(data[s:e]), 6 a stat without a value, 255 left to the pure path (damaged, bytes);\n"
+"quotes[k]: the event's 0x22 bytes (each stat costs one: the pure path's size bound).");
 
 static PyObject *step_values(PyObject *mod, PyObject *args) {
     (void)mod;
-    Py_buffer data, bs, be, bid, bk, bu, bd, bss, bse;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*", &data, &bs, &be, &bid, &bk, &bu, &bd, &bss, &bse)) return NULL;
+    Py_buffer data, bs, be, bid, bk, bu, bd, bss, bse, bq;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*", &data, &bs, &be, &bid, &bk, &bu, &bd, &bss, &bse, &bq))
+        return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = bs.len / 8;
     if (bs.len % 8 || be.len != bs.len || bid.len % 8 || bk.len != n || bu.len != 8 * n || bd.len != 8 * n ||
-        bss.len != 8 * n || bse.len != 8 * n) {
+        bss.len != 8 * n || bse.len != 8 * n || bq.len != 8 * n) {
         PyErr_SetString(PyExc_ValueError, "step_values: column sizes do not match");
         goto done;
     }
@@ -1167,14 +1169,18 @@ static PyObject *step_values(PyObject *mod, PyObject *args) {
     uint8_t *kind = bk.buf;
     uint64_t *u = bu.buf;
     double *d = bd.buf;
-    int64_t *ss = bss.buf, *se = bse.buf;
+    int64_t *ss = bss.buf, *se = bse.buf, *quotes = bq.buf;
     for (Py_ssize_t k = 0; k < n; k++) {
         StatValue sv;
+        quotes[k] = 0;
         if (starts[k] < 0 || ends[k] < starts[k] || ends[k] > data.len ||
             event_step(base + starts[k], base + ends[k], ids, bid.len / 8, &sv) < 0) {
             kind[k] = SV_PYTHON;
             continue;
         }
+        for (const uint8_t *q = base + starts[k], *z = base + ends[k]; q < z && (q = memchr(q, 0x22, (size_t)(z - q)));
+             q++)
+            quotes[k]++;
         kind[k] = (uint8_t)sv.kind;
         u[k] = sv.u;
         d[k] = sv.d;

@@ -1228,23 +1228,28 @@ def _native_step_values(line: _Line, ks: np.ndarray, step_ids: set) -> Optional[
     f64 = np.empty(n, dtype=np.float64)
     s_at = np.empty(n, dtype=np.int64)
     e_at = np.empty(n, dtype=np.int64)
+    quotes = np.empty(n, dtype=np.int64)
     ids = np.fromiter(step_ids, dtype=np.int64, count=len(step_ids))
-    module.step_values(line.data, starts, ends, ids, kind, u64, f64, s_at, e_at)
+    module.step_values(line.data, starts, ends, ids, kind, u64, f64, s_at, e_at, quotes)
     if (kind == 255).any():
         return None
-    # What the pure path parses one by one, when the batch is too big, and then leaves
-    # unread: events with more than `_MAX_STATS` stats (each costs a 0x22 byte).
+    # What the pure path parses one by one, when its batch is too big, and then leaves
+    # unread: events with more than `_MAX_STATS` stats (each costs a 0x22 byte). The
+    # batch's own bytes count too: a tag per event, and a length's varint whose last
+    # byte (its highest 7 bits) is 0x22.
     data = line.data
-    counts = [data.count(b"\x22", a, b) for a, b in zip(starts.tolist(), ends.tolist())]
-    prefixes = sum(1 + _varint(b - a).count(b"\x22") for a, b in zip(starts.tolist(), ends.tolist()))
-    unread = [c > _MAX_STATS for c in counts] if sum(counts) + prefixes > _MAX_STATS + 16 * n else [False] * n
+    high = ends - starts
+    while (high >= 128).any():
+        high = np.where(high >= 128, high >> 7, high)
+    batch = int(quotes.sum()) + n + int(np.count_nonzero(high == 0x22))
+    unread = quotes > _MAX_STATS if batch > _MAX_STATS + 16 * n else np.zeros(n, dtype=bool)
     # Numbers, vectorised: `step_number` of a double or an int is it as a float, kept
     # when finite and below 2**53 (an int's conversion rounds as Python's float() does).
     x = np.where(kind == 1, f64, np.where(kind == 2, u64.astype(np.float64), u64.view(np.int64).astype(np.float64)))
-    numeric = np.isin(kind, (1, 2, 3)) & ~np.asarray(unread)
+    numeric = np.isin(kind, (1, 2, 3)) & ~unread
     good = numeric & (np.abs(x) < 2**53)  # NaN compares False
     out: list[Optional[float]] = [v if g else None for v, g in zip(x.tolist(), good.tolist())]
-    for k in np.flatnonzero(np.isin(kind, (4, 5)) & ~np.asarray(unread)).tolist():  # strings: few
+    for k in np.flatnonzero(np.isin(kind, (4, 5)) & ~unread).tolist():  # strings: few
         if kind[k] == 4:
             value: Any = as_text(data[int(s_at[k]):int(e_at[k])])
         else:  # a reference to a stat's name

@@ -104,3 +104,11 @@ def test_damaged_events_are_left_to_the_pure_path_and_read_the_same() -> None:
         line = _line(events)
         a, b = _both(line, np.arange(len(events)))
         assert a == b
+
+
+def test_an_event_with_more_stats_than_the_bound_is_left_unread_both_ways() -> None:
+    filler = _stat(OTHER_ID, b"") * 100_100  # past the bound for the batch too
+    events = [_stat(STEP_ID, _field(4, 0, _varint(4))) + filler, _stat(STEP_ID, _field(4, 0, _varint(5)))]
+    line = _line(events)
+    a, b = _both(line, np.arange(2))
+    assert a == b == [None, 5.0]
