@@ -552,8 +552,10 @@ class ChromeJsonEvents:
     def has_store(self) -> bool:
         return self._store is not None
 
-    def events(self, indices: Any, level: int = 0, progress: Optional[Callable[[int, int], None]] = None,
+    def events(self, indices: Any, args: Any = None, progress: Optional[Callable[[int, int], None]] = None,
                ) -> Iterator[list[bytes]]:
+        """The JSON of the events at `indices` (sorted), block by block, as in the file:
+        `args` (the `levels.ArgsPolicy`) is the writer's to apply, not the source's."""
         indices = np.asarray(indices, dtype=np.int64)
         store = self._store
         if store is not None and self.positions is not None:

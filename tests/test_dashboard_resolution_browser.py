@@ -15,13 +15,12 @@ level 2 its 20,000. Screenshots land in /tmp/resolution_view.png (auto) and
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from dashboard_support import ARTIFACTS, CANVAS_PIXELS_JS, CHROMIUM, ROOT, TensorBoardServer, wait_loaded
+from dashboard_support import ARTIFACTS, CANVAS_PIXELS_JS, CHROMIUM, TensorBoardServer, wait_loaded
+from recorded_profiles import record_big_xspace
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -29,7 +28,6 @@ if not Path(CHROMIUM).exists():
 sync_api = pytest.importorskip("playwright.sync_api")
 
 RUN, HOST = "big", "vm"
-BIG_STEPS = 14_000  # ~41 events a step: past auto's 500,000-event budget
 SHOT = Path("/tmp/resolution_view.png")
 DEFAULT_SHOT = Path("/tmp/resolution_default.png")
 ZOOMED_SHOT = Path("/tmp/resolution_default_zoomed.png")
@@ -41,14 +39,6 @@ SCREEN_PX_JS = """() => {
   return {css: c.getBoundingClientRect().width, dpr: window.devicePixelRatio || 1,
           px: c.getBoundingClientRect().width * (window.devicePixelRatio || 1)};
 }"""
-
-
-def record_big_xspace(out: Path, steps: int = BIG_STEPS) -> Path:
-    """A real JAX profile of `steps` training steps (`bench/make_jax_xspace.py`): its xplane.pb."""
-    pytest.importorskip("jax", reason="jax is a test dependency (setup.py extras 'test')")
-    subprocess.run([sys.executable, str(ROOT / "bench" / "make_jax_xspace.py"), "--steps", str(steps),
-                    "--out", str(out)], check=True, capture_output=True, timeout=600, cwd=str(ROOT))
-    return next(out.glob("plugins/profile/*/*.xplane.pb"))
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from plugin_support import assert_json_error, body_json, client, get, make_plugin
+from recorded_profiles import record_big_xspace
 from werkzeug.test import Client
 
 from tb_reduce_plugin import pipeline
@@ -34,18 +33,9 @@ DEMO_RUN = "jax_mlp/2026_11_30_13_59_00"
 BIG_RUN = "big"
 HOST = "vm"
 SCREEN = 1400  # a 1,400-px canvas at devicePixelRatio 1
-BIG_STEPS = 14_000  # ~41 events a step: past auto's 500,000-event budget
 
 if not (DEMO_JAX / "plugins").is_dir():
     pytest.skip("demo_logdir/jax_mlp is absent", allow_module_level=True)
-
-
-def record_big_xspace(out: Path, steps: int = BIG_STEPS) -> Path:
-    """A real JAX profile of `steps` training steps (`bench/make_jax_xspace.py`): its xplane.pb."""
-    pytest.importorskip("jax", reason="jax is a test dependency (setup.py extras 'test')")
-    subprocess.run([sys.executable, str(ROOT / "bench" / "make_jax_xspace.py"), "--steps", str(steps),
-                    "--out", str(out)], check=True, capture_output=True, timeout=600, cwd=str(ROOT))
-    return next(out.glob("plugins/profile/*/*.xplane.pb"))
 
 
 @pytest.fixture(scope="module")

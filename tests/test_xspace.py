@@ -18,6 +18,7 @@ from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.pipeline import event_json, index_file, reduce_to_bytes
 from tb_reduce_plugin.xspace import decode_event_columns
 from tb_reduce_plugin.xspace_schema import XEvent, XSpace, XSpaceIndexView
+from tests.protobuf_wire import field, varint
 from tests.xspace_oracle import convert, xevent_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,26 +29,7 @@ XSPACES = sorted(p for p in CORPUS.glob("*/*/*.xplane.pb") if "CORRUPT" not in p
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"{CORPUS} is absent")
 
 
-# ---------------------------------------------------------------- a tiny encoder
-
-
-def varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, bytes):
-        return varint(number << 3 | 2) + varint(len(value)) + value
-    return varint(number << 3) + varint(value)
+# ---------------------------------------------------------------- helpers (the encoder: protobuf_wire)
 
 
 def decode(payloads: list[bytes]) -> dict[str, np.ndarray]:

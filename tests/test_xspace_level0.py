@@ -9,7 +9,6 @@ would from `_event` (and, without args, as the event-by-event formatting always 
 from __future__ import annotations
 
 import random
-import struct
 import tracemalloc
 from pathlib import Path
 from typing import Iterator
@@ -22,51 +21,12 @@ import tb_reduce_plugin.xspace as xspace
 from tb_reduce_plugin.levels import ArgsPolicy
 from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.xspace_schema import XSpaceIndexView
+from tests.protobuf_wire import double, event, sfield, stat, tag, vfield
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 XSPACES = sorted(p for p in CORPUS.glob("*/*/*.xplane.pb") if "CORRUPT" not in p.name) if CORPUS.is_dir() else []
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"{CORPUS} is absent")
-
-
-# ---------------------------------------------------------------- a tiny wire encoder
-
-
-def varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if not v:
-            out.append(b)
-            return bytes(out)
-        out.append(b | 0x80)
-
-
-def tag(number: int, wire: int) -> bytes:
-    return varint(number << 3 | wire)
-
-
-def vfield(number: int, v: int) -> bytes:
-    return tag(number, 0) + varint(v)
-
-
-def sfield(number: int, raw: bytes) -> bytes:
-    return tag(number, 2) + varint(len(raw)) + raw
-
-
-def double(number: int, x: float) -> bytes:
-    return tag(number, 1) + struct.pack("<d", x)
-
-
-def stat(mid: int, value: bytes = b"") -> bytes:
-    """An XStat: its metadata id, then `value` (already encoded, any field)."""
-    return vfield(1, mid) + value
-
-
-def event(mid: int, offset_ps: int, duration_ps: int, stats: list[bytes] = (), extra: bytes = b"") -> bytes:
-    return vfield(1, mid) + vfield(2, offset_ps) + vfield(3, duration_ps) + b"".join(sfield(4, s) for s in stats) + extra
 
 
 def write_xspace(path: Path, events: list[bytes], stat_names: dict[int, bytes],

@@ -12,7 +12,9 @@ import pytest
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.pipeline import index_file
-from tb_reduce_plugin.xspace import STEP_STAT, _Line, _Plane, _step_values, _varint
+from tb_reduce_plugin.xspace import STEP_STAT, _Line, _Plane, _step_values
+from tests.protobuf_wire import sfield, stat, tag
+from tests.protobuf_wire import varint as _varint
 from tests.table_equality import native
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +47,11 @@ def test_the_step_markers_of_a_real_jax_profile_are_read_the_same_natively() -> 
 
 
 def _field(number: int, wire: int, payload: bytes) -> bytes:
-    return _varint((number << 3) | wire) + payload
+    return tag(number, wire) + payload
 
 
 def _stat(mid: int, value: bytes) -> bytes:
-    body = _field(1, 0, _varint(mid)) + value
-    return _field(4, 2, _varint(len(body)) + body)
+    return sfield(4, stat(mid, value))
 
 
 STEP_ID, OTHER_ID, NAME_ID = 7, 8, 9
