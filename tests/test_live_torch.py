@@ -23,7 +23,7 @@ SLOW_STEP = 27  # in the third window (steps 26-28)
 SLOW_S = 0.4
 
 
-ATTEMPTS = 3
+ATTEMPTS = 5
 CALM = 1.6  # a step of the noise at most this × the median of the steps before it (the trigger fires at 2×)
 
 
@@ -52,18 +52,35 @@ def _record(folder: Path) -> list[float]:
     return took
 
 
-def _calm(took: list[float]) -> bool:
+def _profiled_steps(folder: Path) -> dict[int, float]:
+    """Each captured step's duration as the profiler recorded it (`ProfilerStep#N`), which is what
+    the step trigger reads: the loop's own clock can miss what the profiler adds to a step."""
+    steps = {}
+    for trace in folder.glob("*.pt.trace.json"):
+        for ev in json.loads(trace.read_text()).get("traceEvents", []):
+            name = ev.get("name", "")
+            if ev.get("ph") == "X" and isinstance(name, str) and name.startswith("ProfilerStep#"):
+                steps[int(name.split("#")[1])] = float(ev.get("dur", 0.0))
+    return steps
+
+
+def _calm(took: list[float], folder: Path) -> bool:
     """No step but the slow one stands out: a busy machine (other tests on its 2 cores) can stretch
     a step past 2× its neighbours, which the triggers rightly report, but this test is about them
-    finding the planted step, so such a recording is made again."""
-    return all(took[k] <= CALM * sorted(took[k - 5:k])[2] for k in range(5, STEPS) if k != SLOW_STEP)
+    finding the planted step, so such a recording is made again. Judged on the loop's clock and on
+    the profiler's, each with a margin below the trigger's 2×."""
+    loop = all(took[k] <= CALM * sorted(took[k - 5:k])[2] for k in range(5, STEPS) if k != SLOW_STEP)
+    profiled = _profiled_steps(folder)
+    others = sorted(d for k, d in profiled.items() if k != SLOW_STEP)
+    median = others[len(others) // 2] if others else 0.0
+    return loop and all(d <= CALM * median for k, d in profiled.items() if k != SLOW_STEP)
 
 
 @pytest.fixture(scope="module")
 def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for attempt in range(ATTEMPTS):
         folder = tmp_path_factory.mktemp("torch") / "profiles"
-        if _calm(_record(folder)) or attempt == ATTEMPTS - 1:
+        if _calm(_record(folder), folder) or attempt == ATTEMPTS - 1:
             return folder
     raise AssertionError("unreachable")
 
