@@ -383,6 +383,20 @@ class Dashboard {
     this.updateLinks();
   }
 
+  /**
+   * The level select says what is shown: the default level cut to the screen's width names its
+   * bucket count, not the level's own (which an explicit pick of it gives).
+   */
+  labelLevels(tb, asked) {
+    for (const opt of this.levelSelect.options) opt.textContent = LEVEL_LABELS[opt.value];
+    if (!asked || this.sel.explicitLevel || this.sel.level === 'auto' || !tb.resolution) return;
+    const opt = Array.from(this.levelSelect.options).find((o) => o.value === String(this.sel.level));
+    if (opt) {
+      const args = LEVEL_LABELS[opt.value].split(', ').slice(1).join(', ');
+      opt.textContent = `${opt.value} — ${formatCount(tb.resolution)} buckets, fit to the screen${args ? `, ${args}` : ''}`;
+    }
+  }
+
   /** The user picked `level` (the select, or a button naming one): it is explicit from now on. */
   setLevel(level, {keepSelection = false} = {}) {
     if (!keepSelection) this.clearSelection(); // what was selected at one level is not what the next draws
@@ -485,6 +499,7 @@ class Dashboard {
     }
     this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
       full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, asked: resolution, model};
+    this.labelLevels(tb, resolution);
     this.timeline.setModel(model, dataWindow);
     this.steps.setModel(model);
     this.steps.setView(this.timeline.getView());

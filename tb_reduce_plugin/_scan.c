@@ -26,6 +26,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 64
@@ -48,6 +49,7 @@ typedef struct {
     size_t arena_len, arena_cap;
     size_t last_off, last_len;  /* the key seen last (a trace repeats its pid, tid, category) */
     int32_t last_id;
+    PyThreadState **released;  /* where the scan keeps its thread state while the GIL is released */
     PyObject *ids;     /* dict: value -> id (the Interner's; a reference held) */
     PyObject *values;  /* list of values */
 } Table;
@@ -79,11 +81,11 @@ static uint64_t hash_bytes(const char *p, size_t n) {
 static int table_init(Table *t, PyObject *ids, PyObject *values) {
     t->cap = 1024;
     t->used = 0;
-    t->slots = PyMem_Malloc(t->cap * sizeof(Slot));
+    t->slots = malloc(t->cap * sizeof(Slot));
     t->arena_cap = 16384;
     t->arena_len = 0;
     t->last_id = -1;
-    t->arena = PyMem_Malloc(t->arena_cap);
+    t->arena = malloc(t->arena_cap);
     if (!t->slots || !t->arena) {
         PyErr_NoMemory();
         return -1;
@@ -97,8 +99,8 @@ static int table_init(Table *t, PyObject *ids, PyObject *values) {
 }
 
 static void table_free(Table *t) {
-    PyMem_Free(t->slots);
-    PyMem_Free(t->arena);
+    free(t->slots);
+    free(t->arena);
     t->slots = NULL;
     t->arena = NULL;
     Py_CLEAR(t->ids);
@@ -111,11 +113,8 @@ static size_t table_bytes(const Table *t) {
 
 static int table_grow(Table *t) {
     size_t cap = t->cap * 2;
-    Slot *slots = PyMem_Malloc(cap * sizeof(Slot));
-    if (!slots) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    Slot *slots = malloc(cap * sizeof(Slot));
+    if (!slots) return -1;  /* no Python error yet: the scan reports it with the GIL held */
     for (size_t i = 0; i < cap; i++) slots[i].id = -1;
     for (size_t i = 0; i < t->cap; i++) {
         if (t->slots[i].id < 0) continue;
@@ -123,7 +122,7 @@ static int table_grow(Table *t) {
         while (slots[j].id >= 0) j = (j + 1) & (cap - 1);
         slots[j] = t->slots[i];
     }
-    PyMem_Free(t->slots);
+    free(t->slots);
     t->slots = slots;
     t->cap = cap;
     return 0;
@@ -175,19 +174,19 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         }
         j = (j + 1) & (t->cap - 1);
     }
+    /* A value never seen: its Python object and id, with the GIL (released while scanning). */
+    PyThreadState *ts = t->released ? *t->released : NULL;
+    if (ts) PyEval_RestoreThread(ts);
     PyObject *obj = make(key, len, ctx);
-    if (!obj) return -1;
-    int32_t id = interner_id(t, obj);
-    Py_DECREF(obj);
+    int32_t id = obj ? interner_id(t, obj) : -1;
+    Py_XDECREF(obj);
+    if (ts) *t->released = PyEval_SaveThread();
     if (id < 0) return -1;
     if (t->arena_len + len > t->arena_cap) {
         size_t cap = t->arena_cap;
         while (t->arena_len + len > cap) cap *= 2;
-        char *arena = PyMem_Realloc(t->arena, cap);
-        if (!arena) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        char *arena = realloc(t->arena, cap);
+        if (!arena) return -1;
         t->arena = arena;
         t->arena_cap = cap;
     }
@@ -245,6 +244,10 @@ typedef struct {
     Table names, cats, pids, tids, flows;
     char *scratch;  /* key being built: kind byte + unescaped text */
     size_t scratch_cap;
+    /* While a scan runs the GIL is released (other threads of a server go on), and taken
+     * back only to make the Python object of a value never seen before. */
+    PyThreadState *released;
+    int busy;
 } Scanner;
 
 typedef struct {
@@ -387,11 +390,8 @@ static int ensure_scratch(Scanner *self, size_t need) {
     if (need <= self->scratch_cap) return 0;
     size_t cap = self->scratch_cap ? self->scratch_cap : 256;
     while (cap < need) cap *= 2;
-    char *b = PyMem_Realloc(self->scratch, cap);
-    if (!b) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    char *b = realloc(self->scratch, cap);
+    if (!b) return -1;
     self->scratch = b;
     self->scratch_cap = cap;
     return 0;
@@ -891,7 +891,7 @@ static void Scanner_dealloc(Scanner *self) {
     table_free(&self->pids);
     table_free(&self->tids);
     table_free(&self->flows);
-    PyMem_Free(self->scratch);
+    free(self->scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -909,8 +909,10 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     Table *ts[5] = {&self->names, &self->cats, &self->pids, &self->tids, &self->flows};
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 5; i++) {
         if (table_init(ts[i], d[i], l[i]) < 0) return -1;
+        ts[i]->released = &self->released;
+    }
     return 0;
 }
 
@@ -950,8 +952,20 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Out o = {b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf,
              b[9].buf, b[10].buf, b[11].buf, cap};
     EventCtx ctx = {self, &o};
+    if (self->busy) {  /* one scan at a time: the tables are not shared between threads */
+        PyErr_SetString(PyExc_RuntimeError, "this Scanner is scanning in another thread");
+        goto done;
+    }
+    self->busy = 1;
+    self->released = PyEval_SaveThread();
     n = walk_array(text.buf, (const uint8_t *)text.buf + text.len, event_element, &ctx);
-    if (n == -2) goto done;
+    PyEval_RestoreThread(self->released);
+    self->released = NULL;
+    self->busy = 0;
+    if (n == -2) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();  /* an allocation failed while the GIL was released */
+        goto done;
+    }
     result = PyLong_FromSsize_t(n < 0 ? -1 : n);
 done:
     PyBuffer_Release(&text);
@@ -1017,7 +1031,9 @@ static PyObject *spans(PyObject *mod, PyObject *args) {
     Py_ssize_t cap = -1, n = 0;
     if (get_out(&bs, 8, "start", &cap) < 0 || get_out(&be, 8, "end", &cap) < 0) goto done;
     SpanCtx ctx = {bs.buf, be.buf, cap};
+    Py_BEGIN_ALLOW_THREADS
     n = walk_array(text.buf, (const uint8_t *)text.buf + text.len, span_element, &ctx);
+    Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(n < 0 ? -1 : n);
 done:
     PyBuffer_Release(&text);
@@ -1170,11 +1186,13 @@ static PyObject *step_values(PyObject *mod, PyObject *args) {
     uint64_t *u = bu.buf;
     double *d = bd.buf;
     int64_t *ss = bss.buf, *se = bse.buf, *quotes = bq.buf;
+    Py_ssize_t nids = bid.len / 8, data_len = data.len;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < n; k++) {
         StatValue sv;
         quotes[k] = 0;
-        if (starts[k] < 0 || ends[k] < starts[k] || ends[k] > data.len ||
-            event_step(base + starts[k], base + ends[k], ids, bid.len / 8, &sv) < 0) {
+        if (starts[k] < 0 || ends[k] < starts[k] || ends[k] > data_len ||
+            event_step(base + starts[k], base + ends[k], ids, nids, &sv) < 0) {
             kind[k] = SV_PYTHON;
             continue;
         }
@@ -1187,6 +1205,7 @@ static PyObject *step_values(PyObject *mod, PyObject *args) {
         ss[k] = sv.kind == SV_STR ? sv.s - base : 0;
         se[k] = sv.kind == SV_STR ? sv.e - base : 0;
     }
+    Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 done:
@@ -1208,10 +1227,12 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
     const char *p = text.buf, *end = p + text.len;
     Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
     while (p < end && (p = memchr(p, '{', (size_t)(end - p))) != NULL) {
         n++;
         p++;
     }
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&text);
     return PyLong_FromSsize_t(n);
 }

@@ -158,6 +158,8 @@ def test_the_default_view_asks_level_2_at_the_screens_resolution(page, server):
     stats = page.inner_text("[data-testid=stats]")
     assert f"2 · {int(first['resolution']):,} buckets of" in stats and "one per screen pixel" in stats, stats
     assert "picked by auto" not in stats
+    label = page.inner_text("[data-testid=level-select] option[value='2']")
+    assert label == f"2 — {int(first['resolution']):,} buckets, fit to the screen, long args cut", label
 
     # what it saves: the same view without the resolution is level 2's 20,000 buckets
     with_res = json_bytes(page, seen.traces[0])
@@ -208,6 +210,7 @@ def test_picking_level_2_explicitly_sends_no_resolution(page, server):
     stats = [query(u) for u in seen.stats[1:] if query(u)["level"] == "2"]
     assert stats and all("resolution" not in q for q in stats)
     assert "one per screen pixel" not in page.inner_text("[data-testid=stats]")
+    assert page.inner_text("[data-testid=level-select] option[value='2']") == "2 — 20,000 buckets, long args cut"
     # the link now names the level it chose; a zoom still sends none
     assert query(page.get_attribute("[data-testid=share-link]", "href"))["level"] == "2"
     with page.expect_request(lambda r: is_trace(r, level="2") and "start_us" in query(r.url), timeout=60_000) as z:

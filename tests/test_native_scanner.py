@@ -189,3 +189,33 @@ def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pas
     assert served.source.has_store
     rest = _reductions(served, windows[1:])  # later windows read only the chunks they need
     assert first + rest == expected
+
+
+def _scan_table(text: bytes) -> object:
+    builder = TableBuilder()
+    block = builder.scan(text)
+    assert block is not None
+    builder.add(block, len(text))
+    return builder.build()
+
+
+def test_scans_on_several_threads_at_once_give_the_tables_one_thread_gives() -> None:
+    """The scan releases the GIL and takes it back only to intern a new string: threads
+    scanning at the same time (a server's requests) must each get exactly their own table."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.table_equality import table_difference
+
+    texts = [
+        json.dumps(
+            [{"ph": "X", "name": f"op{k}-{i % 5_000}\u2603", "cat": f"c{i % 7}", "pid": k, "tid": f"t{i % 3}",
+              "ts": i, "dur": 1 + i % 4} for i in range(30_000)]
+        ).encode()
+        for k in range(6)
+    ]
+    with native(True):
+        alone = [_scan_table(t) for t in texts]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            together = list(pool.map(_scan_table, texts * 2))
+    for i, table in enumerate(together):
+        assert table_difference(table, alone[i % len(texts)]) is None
