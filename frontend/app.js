@@ -276,16 +276,25 @@ class Dashboard {
     this.hostSelect.value = hostOk ? host : first.hosts[0].host;
     this.sel.run = first.run;
     this.sel.host = this.hostSelect.value;
+    let firstLoad;
     if (hostOk && this.initial.window) {
       // a shared link: show exactly its window, fetch around it
       this.timeline.setView(this.initial.window[0], this.initial.window[1], {silent: true});
-      this.load(fetchWindow(this.initial.window, null));
+      firstLoad = this.load(fetchWindow(this.initial.window, null));
     } else {
-      this.load(null);
+      firstLoad = this.load(null);
     }
     if (hostOk && this.initial.event !== null) this.openEvent(this.initial.event);
-    this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
-    this.steps.setContext({run: this.sel.run, host: this.sel.host});
+    // The waveforms and the step strip ask only once the first timeline has arrived: on a
+    // cold server their requests (the steps of the same trace, the run's event files) would
+    // share its CPUs with the timeline's reduction, and the timeline is what the user waits for.
+    const panels = () => {
+      if (this.waveforms.run !== null && this.waveforms.run !== undefined) return; // a run picked meanwhile set them
+      this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
+      this.steps.setContext({run: this.sel.run, host: this.sel.host});
+    };
+    if (firstLoad) firstLoad.then(panels, panels);
+    else panels();
     this.updateLinks();
   }
 
@@ -457,7 +466,7 @@ class Dashboard {
       this.pendingStats = stats;
       if (!this.inflight) this.applyStats(stats);
     }).catch(() => {}); // the trace request reports failures
-    job.promise.then((model) => this.loaded(seq, model, window, level, key, started, resolution),
+    return job.promise.then((model) => this.loaded(seq, model, window, level, key, started, resolution),
       (err) => this.failed(seq, err));
   }
 

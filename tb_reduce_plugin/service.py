@@ -30,8 +30,9 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
@@ -118,6 +119,17 @@ class TraceService:
         self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
         self._scalars_lock = threading.Lock()
         self.max_input_bytes = int(max_input_mb * MB)
+
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """A computation slot (see gate); when the last running computation ends, the heap
+        pages its temporaries left free go back to the system (see budget's allocator)."""
+        try:
+            with self.gate.slot():
+                yield
+        finally:
+            if self.gate.running == 0:
+                release_free_memory()
 
     # ---- discovery -----------------------------------------------------------
     def runs(self) -> list[dict]:
@@ -275,7 +287,7 @@ class TraceService:
         if self.warm_index(tf) is None:
             self._refusal(tf)  # a file known to be unreadable takes no slot
         began = time.perf_counter()
-        with self.gate.slot(), self.budget.account(f"reducing {_name(tf)}") as account:
+        with self.computing(), self.budget.account(f"reducing {_name(tf)}") as account:
             idx = self._index(tf)
             spool = self.disk.spool(digest, self.budget)
             try:
@@ -331,7 +343,7 @@ class TraceService:
             self._refusal(tf)
 
         def compute() -> dict:
-            with self.gate.slot(), self.budget.account(f"deriving the steps of {_name(tf)}") as account:
+            with self.computing(), self.budget.account(f"deriving the steps of {_name(tf)}") as account:
                 idx = self._index(tf)
                 try:
                     out = derive_index(idx, account).to_json()
@@ -403,7 +415,7 @@ class TraceService:
                 while len(self._scalars) > MAX_SCALAR_RUNS:
                     self._scalars.popitem(last=False)[1].account.close()
             self._scalars.move_to_end(folder)
-        with self.gate.slot(), entry.lock:
+        with self.computing(), entry.lock:
             try:
                 # Charged before it is held: a chunk and a record while reading, and each
                 # batch's points as they arrive, so a poll stops at the budget.
@@ -440,7 +452,7 @@ class TraceService:
         if idx is not None and getattr(idx.source, "has_store", True):
             return fn(idx)
         self._refusal(tf)
-        with self.gate.slot():
+        with self.computing():
             return fn(self._index(tf))
 
     def _event_of(self, idx: TraceIndex, tf: TraceFile, i: int) -> bytes:

@@ -123,7 +123,7 @@ class ProfileTabAnswers:
         json_bytes = int(r.stats.get("output", {}).get("json_bytes") or 0)
         # A computation like any other: it takes a slot (a storm of distinct views waits or is
         # told to come back, as reductions are) and charges what it will hold first.
-        with self.service.gate.slot(), self.service.budget.account(f"showing {tf.host} in the Profile tab") as account:
+        with self.service.computing(), self.service.budget.account(f"showing {tf.host} in the Profile tab") as account:
             account.charge(CONVERT_BYTES_PER_JSON_BYTE * max(json_bytes, r.body.length * 8),
                            "converting a reduced trace for the Profile tab", wait_s=30.0)
             doc = orjson.loads(_inflate(r.body))
