@@ -292,6 +292,7 @@ class Dashboard {
       if (this.waveforms.run !== null && this.waveforms.run !== undefined) return; // a run picked meanwhile set them
       this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
       this.steps.setContext({run: this.sel.run, host: this.sel.host});
+      if (this.data) this.steps.setModel(this.data.model); // the strip's fallback: the loaded trace's markers
     };
     if (firstLoad) firstLoad.then(panels, panels);
     else panels();
