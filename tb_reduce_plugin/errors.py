@@ -6,6 +6,10 @@ message a user can act on.
 """
 
 
+class NotFound(Exception):
+    """No such run, host or event (the message says which)."""
+
+
 class TraceError(ValueError):
     """The input is not a readable trace; `str(err)` is a one-line reason."""
 

@@ -9,6 +9,9 @@ Routes, under `/data/plugin/tb_reduce/`:
   from its canvas: at `auto` on the level the budget picks, at levels 1-4 into
   min(N, the level's own count); level 0 ignores it)
 - `stats?run=&host=&level=&start_us=&end_us=&resolution=` — the `tb_reduce` object, sizes, timings
+- `trace` and `stats` with `hosts=a,b,…` or `hosts=*` instead of `host`: a merged view of
+  several hosts of the run on one timeline, aligned on real time (`multihost/`); the
+  window is on the merged clock (µs from the earliest host's first event)
 - `event?run=&host=&i=` — one input event with its full args
 - `search?run=&host=&q=&re=&icase=&start_us=&end_us=&limit=&offset=` — events by name over
   the whole trace (folded ones too), in time order, a page at a time
@@ -64,6 +67,7 @@ from .budget import BudgetBusy, OverBudget
 from .cache import Body
 from .errors import BadQuery, FileChanged, InflationLimit, InputTooLarge, TraceError
 from .gate import ServerBusy
+from .multihost.selection import BadHosts
 from .pipeline import check_window, parse_level
 from .profile_tab import asks
 from .profile_tab.answers import ProfileTabAnswers
@@ -134,8 +138,14 @@ def _float_param(request: wrappers.Request, name: str) -> Optional[float]:
 
 
 def view_params(request: wrappers.Request) -> tuple[str, str, Any, Optional[float], Optional[float]]:
+    """run, host (or, for a merged view, the `hosts` it names), level and window."""
     run = _text_param(request, "run")
-    host = _text_param(request, "host")
+    if request.args.get("hosts") is not None:
+        if request.args.get("host") is not None:
+            raise RequestError(400, "give host (one host) or hosts (a merged view), not both")
+        host = _text_param(request, "hosts")
+    else:
+        host = _text_param(request, "host")
     assert run is not None and host is not None
     raw_level = _text_param(request, "level", required=False) or DEFAULT_LEVEL
     try:
@@ -267,7 +277,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         """The one place a domain error becomes a status (and never a traceback)."""
         if isinstance(exc, RequestError):
             return _error(request, exc.status, exc.message)
-        if isinstance(exc, BadQuery):
+        if isinstance(exc, (BadQuery, BadHosts)):
             return _error(request, 400, str(exc))
         if isinstance(exc, asks.BadAsk):
             return _error(request, 400, str(exc))
@@ -305,21 +315,26 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             raise RequestError(400, f"parameter 'args' must be 0 or 1, not {args[:40]!r}")
         return run, host, level, start, end, args == "0", _resolution_param(request, level)
 
+    def _views(self, request: wrappers.Request) -> Any:
+        """Who answers a view: the service for one host, its merged views for `hosts=`."""
+        return self.service.merged if request.args.get("hosts") is not None else self.service
+
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
         run, host, level, start, end, drop_args, resolution = self._view_request(request)
         download = request.args.get("download") in ("1", "true")
+        views = self._views(request)
         # The ETag names the file as listed and the view asked; reductions are deterministic,
         # so a revalidation is answered without computing or reading anything.
-        tag = self.service.etag(run, host, level, start, end, drop_args, resolution)
+        tag = views.etag(run, host, level, start, end, drop_args, resolution)
         etag = f'"{tag}{"-d" if download else ""}"'
         # Responses made here, not by `Respond`, carry the headers TensorBoard's security validator requires.
         if etag in request.headers.get("If-None-Match", ""):
             return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
-        r = self.service.reduction(run, host, level, start, end, drop_args=drop_args, resolution=resolution)
+        r = views.reduction(run, host, level, start, end, drop_args=drop_args, resolution=resolution)
         assert r.body is not None
         headers = [("ETag", f'"{r.etag}{"-d" if download else ""}"'), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
         if download:
-            name = _download_name(host, r.stats)
+            name = _download_name("merged" if views is not self.service else host, r.stats)
             headers.append(("Content-Disposition", f'attachment; filename="{name}"'))
             return _stream(r.body, "application/gzip", headers, gzip=False)
         gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "").lower()
@@ -328,8 +343,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _stats(self, request: wrappers.Request) -> wrappers.Response:
         run, host, level, start, end, drop_args, resolution = self._view_request(request)
-        return _json(request, self.service.reduction(run, host, level, start, end, drop_args=drop_args,
-                                                     with_body=False, resolution=resolution).stats)
+        return _json(request, self._views(request).reduction(run, host, level, start, end, drop_args=drop_args,
+                                                             with_body=False, resolution=resolution).stats)
 
     def _event(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")

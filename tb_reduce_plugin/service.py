@@ -40,8 +40,9 @@ from . import FORMAT_VERSION
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
-from .errors import FileChanged, InputTooLarge, TraceError
+from .errors import FileChanged, InputTooLarge, NotFound, TraceError
 from .gate import ComputeGate, default_workers
+from .multihost.views import MergedViews
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from .query import aggregate as query_aggregate
 from .query import search as query_search
@@ -68,10 +69,6 @@ class _Scalars:
     account: Account
     lock: threading.Lock
 
-
-
-class NotFound(Exception):
-    """No such run, host or event (the message says which)."""
 
 
 @dataclass
@@ -119,6 +116,7 @@ class TraceService:
         self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
         self._scalars_lock = threading.Lock()
         self.max_input_bytes = int(max_input_mb * MB)
+        self.merged = MergedViews(self, Reduction)  # several hosts of a run as one timeline
 
     @contextmanager
     def computing(self) -> Iterator[None]:
