@@ -65,7 +65,13 @@ setup(
         # tensorboard-plugin-profile (XProf) 2.24.2: the Profile tab tb-reduce answers, pinned to the
         # version whose requests and JSON the tests check (a test extra: never a runtime dependency).
         "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30",
-                 "playwright>=1.40", "torch==2.13.0", "tensorboard-plugin-profile==2.24.2"],
+                 "playwright>=1.40", "torch==2.13.0", "tensorboard-plugin-profile==2.24.2",
+                 "distributed>=2024.8", "moto[server]>=5.2.5", "s3fs>=2026.9.0"],
+        # --tb_reduce_workers=tcp://scheduler:8786: merged multi-host views on an existing Dask cluster.
+        "dask": ["distributed>=2024.8"],
+        # Logdirs on object stores (`--logdir s3://bucket/prefix`, `gs://…`), read through fsspec.
+        "s3": ["fsspec>=2026.9.0", "s3fs>=2026.9.0"],
+        "gcs": ["fsspec>=2026.9.0", "gcsfs>=2026.10.1"],
     },
     entry_points={
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],

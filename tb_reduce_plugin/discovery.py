@@ -26,9 +26,31 @@ Naming (SPEC §2): a file in `…/plugins/profile/<run>/` belongs to run
 other trace file belongs to the run named by its directory's path in the logdir
 (`.` for the logdir itself). The host is the file name without its trace suffix.
 
+Hosts of one job. XProf's layout already makes one run of many hosts: one session
+folder, one `<host>.xplane.pb` per host. PyTorch's `tensorboard_trace_handler` writes
+each rank's `<worker>.<id>.pt.trace.json(.gz)` into the one run folder; each such host
+is listed with the `rank` and `world_size` of its trace's `distributedInfo` (read from
+the file's head, once per version of the file: `distributed_info`), and the hosts of a
+run are listed in rank order (hosts without a rank after them, by name).
+JAX names a session folder by the second its profile was written
+(`<prefix>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb`), so the processes of
+one job that stop tracing in different seconds land in different folders. Such folders
+are joined into one more run, `<prefix>/<ts1>+<ts2>[+…]` (`<ts1>+<ts2>` with no prefix),
+whose hosts are the union and whose `runs` entry says `"joins": [the runs]`; the folders
+stay listed as runs of their own. The rule is conservative: session folders of the same
+`<prefix>`, taken in time order, are joined while each is named within `MAX_JOIN_GAP_S`
+seconds of the group's first, holds only XSpaces (and JAX's exports of them), and shares
+no host name with the folders joined so far (one host profiled twice is two profiles, not
+one job); a real folder with the joined run's name wins over it.
+
 The walk also notes TensorBoard event files (`*tfevents*`), for the run's scalars:
 a run's event files are those of the TensorBoard run folder its traces belong to
 (the folder above `plugins/profile`, or the trace's own folder).
+
+A logdir on an object store (`s3://bucket/prefix`, `gs://…`) is listed through fsspec
+(`objectstore.walk`: folder by folder, bounded as the local walk) and named by the same
+rules, so the same objects give the same runs and hosts; an object's path is its URL
+and its identity its size, modification time and version tag (see `_walk_store`).
 
 Every (run, host) maps to a path found by the walk; requests name a (run, host)
 and never a path, so no query parameter can reach a file outside the logdir. Each
@@ -46,14 +68,17 @@ name and the other gets `~2` (`~3`, …), in a fixed order.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from calendar import timegm
+from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
+from . import objectstore
 from .errors import TraceError, display_name
 from .sources import FileIdentity, open_regular
 
@@ -85,6 +110,14 @@ MAX_NAME_CHARS = 4096
 JAX_EXPORT_CAP = 1_000_000
 JAX_EXPORT_SUFFIXES = (".trace.json.gz", ".trace.json")
 MAX_SKIPPED = 100  # entries of `Catalog.skipped` kept (the count goes on)
+# A PyTorch rank's `distributedInfo` is looked for in this much of its file's head (Kineto writes
+# it before `traceEvents`, after `deviceProperties`: 5-30 KB for 8 GPUs in the corpus).
+RANK_SCAN_BYTES = 256 * 1024
+# JAX's session folders (`plugins/profile/<ts>`) are named by the local time their profile was
+# written; those of one job's processes within this many seconds of the first are joined.
+SESSION_FORMAT = "%Y_%m_%d_%H_%M_%S"
+MAX_JOIN_GAP_S = 5
+JOIN_MARK = "+"  # `<prefix>/<ts1>+<ts2>`: the run joining session folders <ts1> and <ts2>
 
 
 @dataclass(frozen=True)
@@ -99,6 +132,8 @@ class TraceFile:
     ino: int = 0
     events_dir: str = ""  # the TensorBoard run folder whose event files hold this run's scalars
     export_of: str = ""  # the host whose XSpace this file is JAX's capped export of, if it is one
+    rank: Optional[int] = None  # a PyTorch rank's `distributedInfo.rank` (see `distributed_info`)
+    world_size: Optional[int] = None
 
     def describe(self) -> dict:
         out: dict = {"host": self.host, "format": self.format, "bytes": self.bytes}
@@ -107,6 +142,8 @@ class TraceFile:
                              "note": f"JAX's export of {self.export_of}.xplane.pb, capped at "
                                      f"{JAX_EXPORT_CAP:,} events: a long run's export covers only its "
                                      f"start; the XSpace holds every event"}
+        if self.rank is not None:
+            out["rank"], out["world_size"] = self.rank, self.world_size
         return out
 
     def identity(self) -> FileIdentity:
@@ -144,7 +181,7 @@ def looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) ->
     the walk's `stat` (`expect`) is refused without blocking, not sniffed.
     """
     try:
-        f, _ = open_regular(path, expect=expect)
+        f = _open_head(path, expect, SCAN_BYTES)
         with f:
             chunks = _content(f, SCAN_BYTES)
             head = b""
@@ -169,6 +206,65 @@ def looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) ->
     except (OSError, zlib.error, EOFError, gzip.BadGzipFile, TraceError):
         return False
     return False
+
+
+def distributed_info(path: str, expect: Optional[FileIdentity] = None) -> Optional[tuple[int, int]]:
+    """(rank, world_size) of a PyTorch rank's trace, from its `distributedInfo` key, or None.
+
+    Kineto writes `distributedInfo` among the keys before `traceEvents`, so only the file's
+    head is read (at most `RANK_SCAN_BYTES` of its content, gunzipped), up to the
+    `traceEvents` key: an event's args further on can never be taken for it. Opened as
+    every reader opens (`open_regular`, `expect`: the version the walk saw).
+    """
+    head = b""
+    try:
+        f = _open_head(path, expect, RANK_SCAN_BYTES)
+        with f:
+            for chunk in _content(f, RANK_SCAN_BYTES):
+                head += chunk
+                if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b""):
+                    return None  # Array format: no top-level keys
+                if b'"traceEvents"' in head:
+                    break
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile, TraceError):
+        return None
+    end = head.find(b'"traceEvents"')
+    at = head.find(b'"distributedInfo"', 0, end if end >= 0 else len(head))
+    if at < 0:
+        return None
+    text = head[at + len(b'"distributedInfo"'):].decode("utf-8", "replace").lstrip()
+    if not text.startswith(":"):
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text[1:].lstrip())
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    rank, world = info.get("rank"), info.get("world_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, world)) or not 0 <= rank < world:
+        return None
+    return rank, world
+
+
+def session_time(folder: str) -> Optional[int]:
+    """Seconds (UTC-naive, for differences only) a `plugins/profile/<YYYY_MM_DD_HH_MM_SS>`
+    session folder is named by, or None for any other name."""
+    if len(folder) != 19 or not folder.replace("_", "").isdigit() or folder.count("_") != 5:
+        return None
+    try:
+        return timegm(time.strptime(folder, SESSION_FORMAT))
+    except ValueError:
+        return None
+
+
+def _open_head(path: str, expect: Optional[FileIdentity], limit: int) -> BinaryIO:
+    """A file opened as every reader opens it (`open_regular`), or, for an object in a
+    store, its first `limit` bytes (one range read, of the version the walk listed): a
+    head is all the sniffers read, and they stop at `limit` bytes of content."""
+    if objectstore.is_url(path):
+        return io.BytesIO(objectstore.read_head(path, expect, limit))
+    return open_regular(path, expect=expect)[0]
 
 
 def split_trace_name(name: str) -> Optional[tuple[str, str]]:
@@ -279,7 +375,7 @@ class Catalog:
     """The traces under one logdir, refreshed at most every `max_age_s`."""
 
     def __init__(self, logdir: str, max_age_s: float = 5.0, follow_symlinks: bool = True) -> None:
-        self.logdir = os.path.realpath(logdir) if logdir else ""
+        self.logdir = _logdir(logdir)
         self.max_age_s = max_age_s
         self.follow_symlinks = follow_symlinks
         self._lock = threading.Lock()
@@ -289,6 +385,8 @@ class Catalog:
         self._event_files: dict[str, list[str]] = {}  # folder -> its event files, in name order
         self._anomalies: dict[str, str] = {}  # folder -> its drive recorder report (`anomaly.json`)
         self._reports: dict[str, tuple[tuple[int, int], Optional[dict]]] = {}  # path -> (size, mtime), report
+        self._ranks: dict[str, tuple[FileIdentity, Optional[tuple[int, int]]]] = {}  # path -> (version, rank info)
+        self._joins: dict[str, list[str]] = {}  # a run joining split JAX session folders -> the runs it joins
         self.truncated = False
         self.skipped: list[dict] = []  # what the last walk left out, and why (at most MAX_SKIPPED)
         self.skipped_total = 0
@@ -313,8 +411,11 @@ class Catalog:
         out = []
         for run, fs in sorted(by_run.items()):
             # A capped JAX export after the XSpace it was made from: the first host is the one shown.
-            ordered = sorted(fs, key=lambda f: (bool(f.export_of), f.host))
+            # Ranks of one job in rank order (PyTorch's `distributedInfo`), hosts without one after, by name.
+            ordered = sorted(fs, key=lambda f: (bool(f.export_of), f.rank is None, f.rank or 0, f.host))
             entry: dict = {"run": run, "hosts": [f.describe() for f in ordered]}
+            if run in self._joins:
+                entry["joins"] = list(self._joins[run])
             report = self._anomaly_of(os.path.dirname(fs[0].path))
             if report is not None:
                 entry["anomaly"] = report
@@ -376,6 +477,8 @@ class Catalog:
 
     def _walk(self) -> dict[tuple[str, str], TraceFile]:
         found: list[tuple[str, str, str, str, os.stat_result, str]] = []  # run, stem, name, format, stat, path
+        if objectstore.is_url(self.logdir):
+            return self._walk_store()
         if not self.logdir or not os.path.isdir(self.logdir):
             return {}
         self.truncated = False
@@ -432,7 +535,104 @@ class Catalog:
         self.skipped_total = len(everything)
         self.skipped = [{"path": display_name(os.path.relpath(p, self.logdir)), "reason": why}
                         for p, why in everything[:MAX_SKIPPED]]
-        return self._name_hosts(found)
+        return self._join_split_sessions(self._with_ranks(self._name_hosts(found)))
+
+    def _with_ranks(self, files: dict[tuple[str, str], TraceFile]) -> dict[tuple[str, str], TraceFile]:
+        """Each Chrome trace's rank and world size (`distributed_info`), read once per version
+        of the file (as `_sniffed`): a walk that finds the same file reads nothing again."""
+        seen: dict[str, tuple[FileIdentity, Optional[tuple[int, int]]]] = {}
+        for key, tf in files.items():
+            if tf.format != "chrome-json" or tf.export_of:
+                continue
+            version = tf.identity()
+            known = self._ranks.get(tf.path)
+            info = known[1] if known is not None and known[0] == version else distributed_info(tf.path, version)
+            seen[tf.path] = (version, info)
+            if info is not None:
+                files[key] = replace(tf, rank=info[0], world_size=info[1])
+        self._ranks = seen
+        return files
+
+    def _join_split_sessions(self, files: dict[tuple[str, str], TraceFile]) -> dict[tuple[str, str], TraceFile]:
+        """Adds a run for each job that JAX split across session folders (module docstring)."""
+        sessions: dict[str, dict[str, list[TraceFile]]] = {}  # prefix -> session run -> its files
+        for tf in files.values():
+            parts = tf.path.split(os.sep)
+            if len(parts) >= 4 and parts[-4:-2] == ["plugins", "profile"]:
+                prefix, _, folder = tf.run.rpartition("/")
+                if session_time(folder) is not None:
+                    sessions.setdefault(prefix, {}).setdefault(tf.run, []).append(tf)
+        joins: dict[str, tuple[str, list[str]]] = {}  # joined run -> (its prefix, the runs it joins)
+        for prefix, runs in sessions.items():
+            group: list[str] = []
+            hosts: set[str] = set()
+            for run in sorted(runs, key=lambda r: (session_time(r.rpartition("/")[2]), r)) + [""]:
+                fs = runs.get(run, [])
+                xspace_only = bool(fs) and all(f.format == "xspace" or f.export_of for f in fs)
+                names = {f.host for f in fs}
+                t = session_time(run.rpartition("/")[2]) if run else None
+                if group and t is not None and xspace_only and hosts.isdisjoint(names) \
+                        and t - session_time(group[0].rpartition("/")[2]) <= MAX_JOIN_GAP_S:  # type: ignore[operator]
+                    group.append(run)
+                    hosts |= names
+                    continue
+                if len(group) > 1:
+                    name = (prefix + "/" if prefix else "") + JOIN_MARK.join(r.rpartition("/")[2] for r in group)
+                    if len(name) <= MAX_NAME_CHARS and not any(r == name for r, _ in files):
+                        joins[name] = (prefix, group)
+                group, hosts = ([run], names) if xspace_only else ([], set())
+        for name, (prefix, group) in joins.items():
+            for run in group:
+                for tf in sessions[prefix][run]:
+                    files[(name, tf.host)] = replace(tf, run=name)
+        self._joins = {name: group for name, (_, group) in joins.items()}
+        return files
+
+    def _walk_store(self) -> dict[tuple[str, str], TraceFile]:
+        """`_walk` for a logdir on an object store (`s3://`, `gs://`): its listing through
+        fsspec (`objectstore.walk`, bounded as the local walk), named by the same rules,
+        so the same objects give the same runs and hosts as the same files on disk.
+
+        An object keeps its URL as `path`; its identity is its size, modification time and
+        version tag (`objectstore.ObjectStat`), so a rewritten object is another version.
+        `.json(.gz)` objects are sniffed from a range read of their head. Event files and
+        drive-recorder reports are not read from a store (no scalars there). A logdir that
+        cannot be listed (unreachable, no such bucket, refused) lists nothing and says why
+        in `skipped`, in one line.
+        """
+        self.truncated = False
+        self._event_files, self._anomalies = {}, {}
+        try:
+            walk = objectstore.walk(self.logdir, MAX_ENTRIES, MAX_DEPTH)
+        except TraceError as exc:
+            self.skipped, self.skipped_total = [{"path": ".", "reason": str(exc)}], 1
+            return {}
+        found: list[tuple] = []  # run, stem, name, format, stat, path (as `_walk`)
+        sniffed: dict[str, tuple[FileIdentity, bool]] = {}
+        skipped = list(walk.skipped)
+        for folder, name, ost in walk.entries:
+            split = split_trace_name(name)
+            if split is None or "tfevents" in name:
+                continue
+            stem, fmt = split
+            path = f"{folder}/{name}"
+            if fmt == "chrome-json?":  # sniffed once per version of the object, as files are
+                version = ost.identity()
+                seen = self._sniffed.get(path)
+                is_trace = seen[1] if seen is not None and seen[0] == version else looks_like_chrome_trace(path, version)
+                sniffed[path] = (version, is_trace)
+                if not is_trace:
+                    skipped.append((path, "not a Chrome trace (no traceEvents near its start)"))
+                    continue
+                fmt = "chrome-json"
+            rel = folder[len(self.logdir) + 1:] if folder != self.logdir else "."
+            found.append((run_name(rel.replace("/", os.sep)), stem, name, fmt, ost, path))
+        self.truncated = walk.truncated
+        self._sniffed = sniffed
+        self.skipped_total = len(skipped)
+        self.skipped = [{"path": display_name(p[len(self.logdir) + 1:] or "."), "reason": why}
+                        for p, why in skipped[:MAX_SKIPPED]]
+        return self._join_split_sessions(self._with_ranks(self._name_hosts(found)))
 
     def _link_refusal(self, path: str) -> Optional[str]:
         """Why a symlinked file is not listed, or None: broken, or (links not followed) out of the logdir."""
@@ -474,6 +674,16 @@ class Catalog:
                                                          st.st_mtime_ns, st.st_dev, st.st_ino,
                                                          events_folder(os.path.dirname(path)), shown_of)
         return out
+
+
+def _logdir(logdir: str) -> str:
+    """The logdir as walked: a local one by its real path; an object store's URL as given,
+    without a trailing '/' (`objectstore.is_url`)."""
+    if not logdir:
+        return ""
+    if objectstore.is_url(logdir):
+        return logdir.rstrip("/")
+    return os.path.realpath(logdir)
 
 
 def _export_of(first: Optional[tuple], stem: str, name: str, path: str) -> str:

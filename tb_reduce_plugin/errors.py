@@ -33,6 +33,12 @@ class FileChanged(TraceError):
     its listing instead of serving another file's bytes."""
 
 
+class ObjectStoreError(TraceError):
+    """An object store (an `s3://` or `gs://` logdir) could not be listed or read: not
+    reachable, no such bucket, permission refused, its client not installed. The trace
+    may be fine; the store is what failed, so a server answers it apart (502)."""
+
+
 class InputTooLarge(TraceError):
     """The file, as opened (its `fstat`, not an older listing), is over the input limit."""
 

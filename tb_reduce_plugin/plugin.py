@@ -1,7 +1,8 @@
 """The TensorBoard plugin: the Trace Reduce tab and its routes (SPEC §6).
 
 Routes, under `/data/plugin/tb_reduce/`:
-- `runs` — every run and host found in the logdir, with format and size
+- `runs` — every run and host found in the logdir, with format and size (a PyTorch rank's
+  `rank` and `world_size`; a run joining JAX session folders lists them in `joins`)
 - `trace?run=&host=&level=&start_us=&end_us=` — the reduced trace (gzip on the
   wire; `&download=1` sends the `.json.gz` file itself; `&args=0` leaves out the
   kept events' args, which the dashboard fetches per event from `event`;
@@ -11,7 +12,9 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `stats?run=&host=&level=&start_us=&end_us=&resolution=` — the `tb_reduce` object, sizes, timings
 - `trace` and `stats` with `hosts=a,b,…` or `hosts=*` instead of `host`: a merged view of
   several hosts of the run on one timeline, aligned on real time (`multihost/`); the
-  window is on the merged clock (µs from the earliest host's first event)
+  window is on the merged clock (µs from the earliest host's first event); above 32 hosts
+  each host is one busy/idle lane but those named in `expand=a,b,…`; the per-host work runs
+  where `--tb_reduce_workers` says (local processes by default, or a Dask cluster)
 - `event?run=&host=&i=` — one input event with its full args
 - `search?run=&host=&q=&re=&icase=&start_us=&end_us=&limit=&offset=` — events by name over
   the whole trace (folded ones too), in time order, a page at a time
@@ -20,6 +23,8 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
 - `waveforms?run=&host=` — the per-step series derived from the trace (step time and
   busy time per category; `steps` empty with a `reason` when it has no step markers)
+- `waveforms?run=&hosts=a,b|*` — the hosts' per-step series lined up by step number: per
+  step and series the min, median and max across hosts, the straggler and each host's value
 - `tags?run=` — the run's scalar tags (its TensorBoard event files) and, per host, the
   derived series; `scalars?run=&tag=` — a tag's points, with the damaged records skipped
 - `info` — what this server does besides the tab: whether it answers the Profile tab
@@ -65,9 +70,12 @@ from werkzeug import wrappers
 from . import __version__
 from .budget import BudgetBusy, OverBudget
 from .cache import Body
-from .errors import BadQuery, FileChanged, InflationLimit, InputTooLarge, TraceError
+from .errors import BadQuery, FileChanged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
 from .gate import ServerBusy
+from .multihost.executor import DEFAULT as DEFAULT_WORKERS
+from .multihost.executor import BadWorkers, check_workers
 from .multihost.selection import BadHosts
+from .multihost.spread import host_waveforms
 from .pipeline import check_window, parse_level
 from .profile_tab import asks
 from .profile_tab.answers import ProfileTabAnswers
@@ -220,6 +228,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096, least=MIN_MB),
             memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048, least=MIN_MB),
             follow_symlinks=_switch(flags, "tb_reduce_follow_symlinks", True),
+            host_workers=_workers_flag(flags),
         )
         self.frontend = frontend_dir()
         self.shipped = shipped_files(self.frontend)
@@ -279,6 +288,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             return _error(request, exc.status, exc.message)
         if isinstance(exc, (BadQuery, BadHosts)):
             return _error(request, 400, str(exc))
+        if isinstance(exc, BadWorkers):  # the workers' cluster cannot be reached (or used) now
+            return _busy(request, str(exc), 30)
         if isinstance(exc, asks.BadAsk):
             return _error(request, 400, str(exc))
         if isinstance(exc, (NotFound, FileChanged)):
@@ -289,6 +300,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             return _busy(request, str(exc), exc.retry_after_s)
         if isinstance(exc, BudgetBusy):
             return _busy(request, str(exc), self.service.gate.retry_after())
+        if isinstance(exc, ObjectStoreError):  # the logdir's object store failed, not the trace
+            return _error(request, 502, str(exc))
         if isinstance(exc, TraceError):
             return _error(request, 422, str(exc))
         if isinstance(exc, MemoryError):
@@ -315,22 +328,27 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             raise RequestError(400, f"parameter 'args' must be 0 or 1, not {args[:40]!r}")
         return run, host, level, start, end, args == "0", _resolution_param(request, level)
 
-    def _views(self, request: wrappers.Request) -> Any:
-        """Who answers a view: the service for one host, its merged views for `hosts=`."""
-        return self.service.merged if request.args.get("hosts") is not None else self.service
+    def _views(self, request: wrappers.Request) -> tuple[Any, dict]:
+        """Who answers a view, and what else it takes: the service for one host; for `hosts=`,
+        its merged views, with the hosts to draw in full in a lane view (`expand=`)."""
+        if request.args.get("hosts") is None:
+            if request.args.get("expand") is not None:
+                raise RequestError(400, "expand names hosts of a merged view: give hosts= too")
+            return self.service, {}
+        return self.service.merged, {"expand": _text_param(request, "expand", required=False)}
 
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
         run, host, level, start, end, drop_args, resolution = self._view_request(request)
         download = request.args.get("download") in ("1", "true")
-        views = self._views(request)
+        views, extra = self._views(request)
         # The ETag names the file as listed and the view asked; reductions are deterministic,
         # so a revalidation is answered without computing or reading anything.
-        tag = views.etag(run, host, level, start, end, drop_args, resolution)
+        tag = views.etag(run, host, level, start, end, drop_args, resolution, **extra)
         etag = f'"{tag}{"-d" if download else ""}"'
         # Responses made here, not by `Respond`, carry the headers TensorBoard's security validator requires.
         if etag in request.headers.get("If-None-Match", ""):
             return _NotModified(status=304, headers={"ETag": etag, "X-Content-Type-Options": "nosniff"})
-        r = views.reduction(run, host, level, start, end, drop_args=drop_args, resolution=resolution)
+        r = views.reduction(run, host, level, start, end, drop_args=drop_args, resolution=resolution, **extra)
         assert r.body is not None
         headers = [("ETag", f'"{r.etag}{"-d" if download else ""}"'), ("X-Tb-Reduce-Level", str(r.stats.get("level")))]
         if download:
@@ -343,8 +361,9 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _stats(self, request: wrappers.Request) -> wrappers.Response:
         run, host, level, start, end, drop_args, resolution = self._view_request(request)
-        return _json(request, self._views(request).reduction(run, host, level, start, end, drop_args=drop_args,
-                                                             with_body=False, resolution=resolution).stats)
+        views, extra = self._views(request)
+        return _json(request, views.reduction(run, host, level, start, end, drop_args=drop_args, with_body=False,
+                                              resolution=resolution, **extra).stats)
 
     def _event(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")
@@ -358,6 +377,12 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _waveforms(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")
+        if request.args.get("hosts") is not None:  # several hosts: their per-step spread (multihost/spread.py)
+            if request.args.get("host") is not None:
+                raise RequestError(400, "give host (one host) or hosts (the spread across hosts), not both")
+            hosts = _text_param(request, "hosts")
+            assert run is not None and hosts is not None
+            return _json(request, host_waveforms(self.service, run, hosts))
         host = _text_param(request, "host")
         assert run is not None and host is not None
         return _json(request, self.service.waveforms(run, host))
@@ -652,6 +677,28 @@ def _switch(flags: Any, name: str, default: bool) -> bool:
         return default
 
 
+def _workers_spec(text: str) -> str:
+    """An argparse type for `--tb_reduce_workers`: refused at TensorBoard's start if it names nothing."""
+    try:
+        check_workers(text)
+    except BadWorkers as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _workers_flag(flags: Any) -> str:
+    """`--tb_reduce_workers`, or the default where flags were set without the parser and hold nonsense."""
+    value = getattr(flags, "tb_reduce_workers", None)
+    if value is None:
+        return DEFAULT_WORKERS
+    try:
+        check_workers(str(value))
+    except BadWorkers as exc:
+        log.warning("tb_reduce: %s; using %s", exc, DEFAULT_WORKERS)
+        return DEFAULT_WORKERS
+    return str(value)
+
+
 def _megabytes(least: float) -> Callable[[str], float]:
     """An argparse type: a finite number of MB, at least `least`; TensorBoard then refuses
     nonsense when it starts, with the flag's name, instead of a plugin failing later."""
@@ -716,6 +763,12 @@ class TraceReduceLoader(base_plugin.TBLoader):
                                 "file swapped after it was listed is still refused). false: list only links "
                                 "that resolve inside the logdir, for logdirs untrusted jobs write into "
                                 "(default true).")
+        group.add_argument("--tb_reduce_workers", metavar="WHERE", type=_workers_spec, default="local",
+                           help="Where the per-host work of a merged multi-host view runs: local:N (N worker "
+                                "processes on this machine, each with 1/N of --tb_reduce_memory_mb; local = one "
+                                "per core, the default), local:0 (in the server itself), or tcp://HOST:8786 (an "
+                                "existing Dask cluster whose workers run this tb-reduce version and can read the "
+                                "logdir; the scheduler must be trusted: Dask unpickles what it receives).")
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
         plugin = TraceReducePlugin(context)

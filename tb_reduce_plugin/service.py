@@ -36,16 +36,18 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
-from . import FORMAT_VERSION
+from . import FORMAT_VERSION, objectstore
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
-from .errors import FileChanged, InputTooLarge, NotFound, TraceError
+from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
+from .multihost.executor import LocalPool, make_executor
 from .multihost.views import MergedViews
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from .query import aggregate as query_aggregate
 from .query import search as query_search
+from .sources import FileIdentity
 from .waveforms.categories import CATEGORIES
 from .waveforms.scalars import POINT_BYTES, RunScalars
 
@@ -86,7 +88,8 @@ def default_cache_dir() -> str:
 class TraceService:
     def __init__(self, logdir: str, cache_dir: Optional[str] = None, cache_mb: float = 1024,
                  max_input_mb: float = 4096, memory_mb: float = 2048, workers: Optional[int] = None,
-                 max_waiting: int = 32, wait_s: float = 60.0, follow_symlinks: bool = True) -> None:
+                 max_waiting: int = 32, wait_s: float = 60.0, follow_symlinks: bool = True,
+                 host_workers: Optional[str] = None) -> None:
         self.catalog = Catalog(logdir, follow_symlinks=follow_symlinks)
         cache_dir = cache_dir or default_cache_dir()
         self.budget = MemoryBudget(int(memory_mb * MB))
@@ -116,7 +119,13 @@ class TraceService:
         self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
         self._scalars_lock = threading.Lock()
         self.max_input_bytes = int(max_input_mb * MB)
-        self.merged = MergedViews(self, Reduction)  # several hosts of a run as one timeline
+        # Where objects of a logdir on an object store are copied to be read (`objectstore.local_copy`).
+        self.stage_dir = os.path.join(cache_dir, "objects")
+        # Several hosts of a run as one timeline, their per-host work on `host_workers`
+        # (`--tb_reduce_workers`: local:N processes, each with its share of the memory, or Dask).
+        executor = make_executor(host_workers)
+        share = self.budget.limit // max(1, executor.workers) if isinstance(executor, LocalPool) else self.budget.limit
+        self.merged = MergedViews(self, Reduction, executor, share)
 
     @contextmanager
     def computing(self) -> Iterator[None]:
@@ -182,7 +191,8 @@ class TraceService:
             raise exc
 
     def _remember_refusal(self, key: tuple, exc: BaseException, tf: TraceFile) -> None:
-        if isinstance(exc, TraceError) and not isinstance(exc, (BudgetBusy, FileChanged)):
+        # A store that could not be reached (ObjectStoreError) may answer the next time: not remembered.
+        if isinstance(exc, TraceError) and not isinstance(exc, (BudgetBusy, FileChanged, ObjectStoreError)):
             named = _named(exc, tf, "cannot read")
             with self._refusals_lock:
                 self._refusals[key] = (type(named), str(named), dict(named.__dict__))
@@ -204,8 +214,9 @@ class TraceService:
             self.indexes.discard_where(lambda k: k[1] == tf.path and k != key)  # older versions of the file
             account = self.budget.account(f"reading {_name(tf)}")
             try:
-                idx = index_file(tf.path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
-                                 store_dir=self.store_dir, expect=tf.identity(),
+                path, expect = self._readable(tf)
+                idx = index_file(path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
+                                 store_dir=self.store_dir, expect=expect,
                                  max_file_bytes=self.max_input_bytes, account=account)
                 if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes, tf.mtime_ns):
                     raise FileChanged(f"{_name(tf)} changed since it was listed")
@@ -226,6 +237,22 @@ class TraceService:
             raise _named(exc, tf, "cannot read") from None
         except MemoryError:
             raise TraceError(f"{_name(tf)} is too large to read in this server's memory") from None
+
+    def _readable(self, tf: TraceFile) -> tuple[str, FileIdentity]:
+        """The local file to parse for `tf` and the identity it must have when opened.
+
+        A listed file is read in place, as listed. An object of a logdir on an object store
+        (its path a URL) is first copied, that version only, into `stage_dir`
+        (`objectstore.local_copy`, refused over the input limit before it is fetched); the
+        copy carries the object's size and mtime, so the index's identity checks hold.
+        """
+        if not objectstore.is_url(tf.path):
+            return tf.path, tf.identity()
+        local = objectstore.local_copy(tf.path, tf.identity(), self.stage_dir, self.max_input_bytes)
+        try:
+            return local, FileIdentity.from_stat(os.stat(local))
+        except OSError:
+            raise FileChanged(f"{_name(tf)}: its local copy went away while it was staged; try again") from None
 
     # ---- reductions --------------------------------------------------------------
     def reduction(self, run: str, host: str, level: Level, start_us: Optional[float],

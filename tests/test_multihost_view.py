@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tb_reduce_plugin.multihost.merge import PID_STRIDE
+from tests.multihost_support import moved
 from tests.plugin_support import CORPUS, assert_json_error, body_json, client, get, make_plugin
 
 RANKS = sorted((CORPUS / "public" / "param").glob("*dlrm_kineto__worker*_step_12.*.pt.trace.json"))
@@ -41,23 +42,6 @@ def _input_starts() -> list[float]:
     return out
 
 
-def _moved(ev: dict, rank: int, host: str, offset: float) -> dict:
-    """A host's event as the merge writes it (the rule merge.py documents)."""
-    ev = dict(ev)
-    pid = ev["pid"]
-    ev["pid"] = f"{host}/{pid}" if isinstance(pid, str) else rank * PID_STRIDE + pid % PID_STRIDE
-    if isinstance(ev.get("ts"), (int, float)):
-        ev["ts"] = ev["ts"] + offset
-    for key in ("id", "bind_id"):
-        if key in ev:
-            ev[key] = f"{rank}:{ev[key]}"
-    if ev.get("ph") == "M" and ev.get("name") == "process_name":
-        ev["args"] = dict(ev["args"], name=f"{host} · {ev['args']['name']}")
-    if ev.get("ph") == "M" and ev.get("name") == "process_sort_index":
-        ev["args"] = dict(ev["args"], sort_index=rank * (1 << 20) + min(max(int(ev["args"]["sort_index"]), 0), (1 << 20) - 1))
-    return ev
-
-
 def _rank_of(pid: object, hosts: list) -> int:
     if isinstance(pid, str):
         return next(k for k, h in enumerate(hosts) if pid.startswith(f"{h}/"))
@@ -81,7 +65,7 @@ def test_every_rank_is_its_own_reduction_moved_to_its_place_in_real_time(dlrm) -
         alone = body_json(get(c, "trace", run="dlrm", host=hosts[k], level=2, resolution=20_000 // 8, gz=True))
         mine = events[entry["first_event"]:entry["first_event"] + entry["events"]]
         own = alone["traceEvents"]
-        assert mine[:len(own)] == [_moved(e, k, hosts[k], entry["offset_us"]) for e in own]
+        assert mine[:len(own)] == [moved(e, k, hosts[k], entry["offset_us"]) for e in own]
         # then a name for each process the rank never named, by its host and pid
         named = {e["pid"] for e in own if e.get("ph") == "M" and e.get("name") == "process_name"}
         unnamed = sorted({str(e["pid"]) for e in own} - {str(p) for p in named})

@@ -14,6 +14,8 @@ in time as a whole, so they still hold per track:
 - **flows and async ids** (`id`, `id2`, `bind_id`) are prefixed with the host's rank
   (`"rank:id"`), so two hosts' flows never join.
 - **top-level keys** of each host (G6) are kept in `tb_reduce.hosts[k].metadata`.
+- **lanes**: a host marked `lane` is drawn as one busy/idle lane (`lanes`) on process
+  `rank × 2^32`, in place of its tracks.
 
 The rewrite is a Python pass over the reduced events (a screen's worth per host at the
 levels a merged view is asked for); the inputs' millions of events never reach it.
@@ -26,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..writer import Sink, dumps
 from .clock import Alignment, HostClock
+from .lanes import lane_events
 
 PID_STRIDE = 1 << 32
 SORT_STRIDE = 1 << 20
@@ -41,6 +44,7 @@ class HostPart:
     clock: HostClock
     load: Optional[Callable[[], dict]] = None  # the host's reduced trace, parsed when its turn comes
     error: Optional[str] = None
+    lane: bool = False  # drawn as one busy/idle lane (`lanes`), not as its tracks
 
 
 def merged_pid(rank: int, host: str, pid: Any) -> Any:
@@ -80,6 +84,24 @@ def _rewrite(ev: dict, part: HostPart, offset: float, named: set) -> dict:
     return ev
 
 
+def _host_events(evs: list, part: HostPart, offset: float) -> list:
+    """A host's events, moved and renamed (the rules above), a name for each unnamed process."""
+    named: set = set()
+    pids: dict = {}
+    out = []
+    for ev in evs:
+        if not isinstance(ev, dict):
+            continue
+        new = _rewrite(ev, part, offset, named)
+        pids.setdefault(new["pid"], ev.get("pid"))
+        out.append(new)
+    for pid, local in pids.items():  # a process the host never named is named by its host and pid
+        if pid not in named:
+            out.append({"ph": "M", "pid": pid, "name": "process_name",
+                        "args": {"name": f"{part.host} · pid {local}"}})
+    return out
+
+
 def write_merged(parts: Sequence[HostPart], alignment: Alignment, sink: Sink, view: dict) -> dict:
     """Writes the merged trace of `parts` (in rank order) to `sink`; returns its `tb_reduce`
     object. `view` holds what the request asked (level, window on the merged clock,
@@ -87,7 +109,7 @@ def write_merged(parts: Sequence[HostPart], alignment: Alignment, sink: Sink, vi
     sink.write(b'{"traceEvents":[')
     first = True
     hosts_out = []
-    events = summaries = input_events = input_bytes = 0
+    events = summaries = input_events = input_bytes = lanes = 0
     lo = hi = None
     display_unit = None
     for part, offset in zip(parts, alignment.offsets_us):
@@ -99,33 +121,33 @@ def write_merged(parts: Sequence[HostPart], alignment: Alignment, sink: Sink, vi
             continue
         raw = doc.get("traceEvents")
         evs = raw if isinstance(raw, list) else []
-        named: set = set()
-        pids: dict = {}
-        out = []
-        for ev in evs:
-            if not isinstance(ev, dict):
-                continue
-            new = _rewrite(ev, part, offset, named)
-            pids.setdefault(new["pid"], ev.get("pid"))
-            out.append(new)
-        for pid, local in pids.items():  # a process the host never named is named by its host and pid
-            if pid not in named:
-                out.append({"ph": "M", "pid": pid, "name": "process_name",
-                            "args": {"name": f"{part.host} · pid {local}"}})
+        tb = doc.get("tb_reduce") if isinstance(doc.get("tb_reduce"), dict) else {}
+        if part.lane:
+            moved = [dict(ev, ts=ev["ts"] + offset) for ev in evs
+                     if isinstance(ev, dict) and isinstance(ev.get("ts"), (int, float))]
+            bucket = tb.get("bucket_us")
+            out, tracks = lane_events(moved, part.rank * PID_STRIDE, part.host,
+                                      bucket if isinstance(bucket, (int, float)) else 0.0)
+            out.append({"ph": "M", "pid": part.rank * PID_STRIDE, "name": "process_sort_index",
+                        "args": {"sort_index": part.rank * SORT_STRIDE}})
+            entry["lane"] = True
+            entry["tracks"] = tracks
+            lanes += 1
+        else:
+            out = _host_events(evs, part, offset)
         if out:
             body = dumps(out)[1:-1]
             if not first:
                 sink.write(b",")
             sink.write(body)
             first = False
-        tb = doc.get("tb_reduce") if isinstance(doc.get("tb_reduce"), dict) else {}
         entry["metadata"] = {k: v for k, v in doc.items() if k not in ("traceEvents", "tb_reduce")}
         if display_unit is None and isinstance(entry["metadata"].get("displayTimeUnit"), str):
             display_unit = entry["metadata"]["displayTimeUnit"]
         entry["first_event"] = events
         entry["events"] = len(out)
         for key in ("level", "resolution", "bucket_us", "input", "output", "window_us", "trace_us", "input_index"):
-            if key in tb:
+            if key in tb and not (part.lane and key == "input_index"):
                 entry[key] = tb[key]
         span = tb.get("trace_us")
         if isinstance(span, list) and len(span) == 2 and all(isinstance(x, (int, float)) for x in span):
@@ -152,6 +174,10 @@ def write_merged(parts: Sequence[HostPart], alignment: Alignment, sink: Sink, vi
         "output": {"events": events, "summaries": summaries},
         "hosts": hosts_out,
     }
+    if lanes:
+        obj["lanes"] = {"threshold": view.get("lane_threshold"), "lanes": lanes,
+                        "note": "hosts drawn as one busy/idle lane each; expand=host,… shows their tracks"}
+    obj.pop("lane_threshold", None)
     sink.write(b"]")
     if display_unit is not None:
         sink.write(b',"displayTimeUnit":' + dumps(display_unit))

@@ -1,11 +1,22 @@
 """Merged views: the service's side of `trace?run=&hosts=…` (see `merge` for the rules).
 
 Each host is reduced on its own, as a single-host view of its part of the window with
-its share of the buckets (a cached, deterministic reduction like any other), then the
-reductions are merged, one host's events in memory at a time, into a body cached under
-a digest of every host's file and the view. Hosts are read in parallel, each in a
-computation slot of the service's gate; a host that cannot be read is reported with its
-reason (`tb_reduce.hosts[k].error`) while the others are served.
+its share of the buckets (a deterministic reduction cached under the very digest a
+single-host view of that window uses, so zooming into one host afterwards is a cache
+hit), then the reductions are merged, one host's events in memory at a time, into a
+body cached under a digest of every host's file and the view.
+
+Where the per-host work runs (`executor`): hosts already reduced are read from the
+cache; a host whose index this server holds, or a view of one host, is reduced here in
+a computation slot; the others go to the workers (`--tb_reduce_workers`), first for
+their clocks (kept here per file version: a few numbers), then for their reductions,
+whose bytes land in the disk cache. A host that cannot be read, or whose worker
+failed twice, is reported with its reason (`tb_reduce.hosts[k].error`) while the
+others are served.
+
+Above `LANE_HOSTS` hosts, every host not named in `expand` is drawn as one busy/idle
+lane (`lanes`), so a run of a thousand hosts opens; the lanes share half the view's
+buckets with a floor of `LANE_MIN_BUCKETS` each, the expanded hosts the other half.
 
 The service is passed in (not imported): this module sits below it.
 """
@@ -14,25 +25,33 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import orjson
 
 from .. import FORMAT_VERSION
-from ..cache import key_digest
+from ..cache import MemoryBody, key_digest
 from ..errors import NotFound, TraceError
 from ..gate import ServerBusy
 from ..levels import RESOLUTION
 from ..reduction import default_window
 from ..writer import Sink
 from .clock import Alignment, HostClock, align, host_clock
+from .executor import HostExecutor, Outcome
 from .merge import HostPart, write_merged
 from .selection import BadHosts, pick_hosts
+from .tasks import ClockResult, HostResult, HostTask, host_clock_task, reduce_host_task
 
 PARSED_BYTES_PER_BYTE = 5  # a reduction's JSON bytes and the Python objects parsed from them
-MAX_HOSTS = 64  # hosts merged in one view (a run's lanes past this come with the host picker)
+MAX_HOSTS = 4096  # hosts merged in one view
+LANE_HOSTS = 32  # above this many hosts, hosts not expanded are drawn as lanes
+LANE_MIN_BUCKETS = 50
+MAX_CLOCKS = 100_000  # host clocks remembered (a few numbers each)
+MAX_MERGES = 8  # merged views computed at once; more are told to come back (a storm of windows)
 
 
 def bucket_share(level: Any, resolution: Optional[int], hosts: int) -> Optional[int]:
@@ -45,15 +64,35 @@ def bucket_share(level: Any, resolution: Optional[int], hosts: int) -> Optional[
     return None if total is None else max(1, total // max(1, hosts))
 
 
-class MergedViews:
-    """`service`: the TraceService; `reduction`: its result type, `(body, stats, etag)`."""
+def lane_shares(level: Any, resolution: Optional[int], lanes: int, expanded: int) -> tuple[Optional[int], Optional[int]]:
+    """(each lane's buckets, each expanded host's buckets) in a lane view."""
+    if level == 0:
+        return None, None
+    whole = resolution if resolution is not None else RESOLUTION.get(level) if isinstance(level, int) else None
+    if whole is None:
+        whole = RESOLUTION[2]
+    lane = max(LANE_MIN_BUCKETS, (whole // 2) // max(1, lanes))
+    return lane, max(1, (whole // 2) // max(1, expanded))
 
-    def __init__(self, service: Any, reduction: Any) -> None:
+
+class MergedViews:
+    """`service`: the TraceService; `reduction`: its result type, `(body, stats, etag)`;
+    `executor`: where hosts are reduced when this server does not do it itself (None:
+    always here)."""
+
+    def __init__(self, service: Any, reduction: Any, executor: Optional[HostExecutor] = None,
+                 worker_memory_bytes: int = 0) -> None:
         self.service = service
         self.reduction_type = reduction
+        self.executor = executor
+        self.worker_memory_bytes = worker_memory_bytes or service.budget.limit
+        self._clocks: OrderedDict[tuple, HostClock] = OrderedDict()  # a file version -> its clock
+        self._clocks_lock = threading.Lock()
+        self._merges = threading.BoundedSemaphore(MAX_MERGES)
 
+    # ---- which hosts ---------------------------------------------------------------
     def files(self, run: str, spec: str) -> list:
-        """The listed files of the hosts `spec` names, in the run's order."""
+        """The listed files of the hosts `spec` names, in the run's order, as (rank, file)."""
         entry = next((r for r in self.service.runs() if r["run"] == run), None)
         if entry is None:
             raise NotFound(f"no trace for run {run!r}")
@@ -65,87 +104,226 @@ class MergedViews:
         if not picked:
             raise BadHosts("name at least one host, or * for all")
         if len(picked) > MAX_HOSTS:
-            raise BadHosts(f"{len(picked)} hosts: a merged view shows at most {MAX_HOSTS}; name fewer")
+            raise BadHosts(f"{len(picked)} hosts: a merged view shows at most {MAX_HOSTS:,}; name fewer")
         ranks = {h: i for i, h in enumerate(listed)}
         files = [(ranks[h], self.service.catalog.find(run, h)) for h in picked]
         if any(tf is None for _, tf in files):
             raise NotFound(f"a host of run {run!r} is no longer listed: reload the run list")
         return files
 
+    def lanes_of(self, files: list, expand: Optional[str]) -> list[bool]:
+        """Which hosts are drawn as lanes: none up to `LANE_HOSTS` hosts, else all but `expand`."""
+        if len(files) <= LANE_HOSTS:
+            return [False] * len(files)
+        wanted: set[str] = set()
+        if expand:
+            names = [tf.host for _, tf in files]
+            wanted = {expand} if expand in names else {n for n in expand.split(",") if n}
+            unknown = sorted(wanted - set(names))
+            if unknown:
+                raise BadHosts(f"expand names {unknown[0]!r}, which is not among the view's hosts")
+            if len(wanted) > LANE_HOSTS:
+                raise BadHosts(f"expand names {len(wanted)} hosts: at most {LANE_HOSTS} are drawn in full at once")
+        return [tf.host not in wanted for _, tf in files]
+
     def digest(self, files: list, level: Any, start_us: Optional[float], end_us: Optional[float],
-               drop_args: bool, resolution: Optional[int]) -> str:
+               drop_args: bool, resolution: Optional[int], lanes: Sequence[bool] = ()) -> str:
         hosts = [[rank, tf.host, tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns] for rank, tf in files]
-        return key_digest(["merged", FORMAT_VERSION, hosts, level, start_us, end_us, drop_args, resolution])
+        parts: list = ["merged", FORMAT_VERSION, hosts, level, start_us, end_us, drop_args, resolution]
+        if any(lanes):
+            parts.append(["lanes", [i for i, lane in enumerate(lanes) if not lane]])
+        return key_digest(parts)
 
     def etag(self, run: str, spec: str, level: Any, start_us: Optional[float], end_us: Optional[float],
-             drop_args: bool, resolution: Optional[int]) -> str:
-        return self.digest(self.files(run, spec), level, start_us, end_us, drop_args, resolution)[:32]
+             drop_args: bool, resolution: Optional[int], expand: Optional[str] = None) -> str:
+        files = self.files(run, spec)
+        lanes = self.lanes_of(files, expand)
+        return self.digest(files, level, start_us, end_us, drop_args, resolution, lanes)[:32]
 
     def reduction(self, run: str, spec: str, level: Any, start_us: Optional[float], end_us: Optional[float],
-                  drop_args: bool = False, with_body: bool = True, resolution: Optional[int] = None) -> Any:
+                  drop_args: bool = False, with_body: bool = True, resolution: Optional[int] = None,
+                  expand: Optional[str] = None) -> Any:
         files = self.files(run, spec)
-        digest = self.digest(files, level, start_us, end_us, drop_args, resolution)
+        lanes = self.lanes_of(files, expand)
+        digest = self.digest(files, level, start_us, end_us, drop_args, resolution, lanes)
         found = self.service._cached(digest, with_body)
         if found is not None:
             return found
         return self.service.flight.do(
-            ("merged", digest), lambda: self._compute(files, digest, level, start_us, end_us, drop_args, resolution))
+            ("merged", digest),
+            lambda: self._bounded(files, lanes, digest, level, start_us, end_us, drop_args, resolution))
 
-    # ---- computing -----------------------------------------------------------------
-    def _clock(self, tf: Any) -> HostClock:
+    def _bounded(self, *args: Any) -> Any:
+        """`_compute`, unless `MAX_MERGES` merged views are being made already: each holds
+        threads and waits on the workers, so a storm of distinct windows is turned away
+        (503, as the gate does) instead of queueing without bound."""
+        if not self._merges.acquire(blocking=False):
+            raise ServerBusy(f"{MAX_MERGES} merged views are being computed; try again in a moment",
+                             self.service.gate.retry_after())
+        try:
+            return self._compute(*args)
+        finally:
+            self._merges.release()
+
+    # ---- the per-host work -----------------------------------------------------------
+    def _remote(self, files: list, i: int) -> bool:
+        """Whether host `i` goes to the workers: not for one host, nor one whose index is here."""
+        return self.executor is not None and len(files) > 1 and self.service.warm_index(files[i][1]) is None
+
+    def _task(self, tf: Any, level: Any = 2, lo: Optional[float] = None, hi: Optional[float] = None,
+              drop_args: bool = False, share: Optional[int] = None) -> HostTask:
+        svc = self.service
+        return HostTask(tf.path, (tf.dev, tf.ino, tf.bytes, tf.mtime_ns), level, lo, hi, drop_args, share,
+                        self.worker_memory_bytes, svc.max_input_bytes, getattr(svc, "stage_dir", None))
+
+    def _clock_here(self, tf: Any) -> HostClock:
         def read(idx: Any) -> HostClock:
             t0, t1 = default_window(idx.table)
             return host_clock(idx.metadata, t0, t1)
 
         return self.service.on_index(tf, read)
 
-    def _compute(self, files: list, digest: str, level: Any, start_us: Optional[float], end_us: Optional[float],
-                 drop_args: bool, resolution: Optional[int]) -> Any:
-        found = self.service._cached(digest, True)
+    def _remember_clock(self, tf: Any, clock: HostClock) -> None:
+        with self._clocks_lock:
+            self._clocks[self.service._index_key(tf)] = clock
+            while len(self._clocks) > MAX_CLOCKS:
+                self._clocks.popitem(last=False)
+
+    def _clocks_of(self, files: list, errors: list, pool: ThreadPoolExecutor) -> list[HostClock]:
+        svc = self.service
+        clocks: list[Optional[HostClock]] = [None] * len(files)
+        with self._clocks_lock:
+            for i, (_, tf) in enumerate(files):
+                clocks[i] = self._clocks.get(svc._index_key(tf))
+        remote = [i for i, c in enumerate(clocks) if c is None and self._remote(files, i)]
+        here = [i for i, c in enumerate(clocks) if c is None and i not in set(remote)]
+
+        def clock_here(i: int) -> None:
+            try:
+                clocks[i] = self._clock_here(files[i][1])
+                self._remember_clock(files[i][1], clocks[i])  # type: ignore[arg-type]
+            except (TraceError, ServerBusy, MemoryError) as exc:
+                errors[i] = str(exc) or type(exc).__name__
+
+        if remote:
+            assert self.executor is not None
+            got = self.executor.run(host_clock_task, [self._task(files[i][1]) for i in remote],
+                                    [_key("clock", files[i][1]) for i in remote],
+                                    [files[i][0] for i in remote])
+            for i, outcome in zip(remote, got):
+                value: Optional[ClockResult] = _answer(outcome, errors, i)
+                if value is not None:
+                    clocks[i] = HostClock(value.origin_ns, value.source, value.start_us, value.end_us)
+                    self._remember_clock(files[i][1], clocks[i])  # type: ignore[arg-type]
+        list(pool.map(clock_here, here))
+        return [c if c is not None else HostClock(None, "none", 0.0, 0.0) for c in clocks]
+
+    def _reductions(self, files: list, windows: list, shares: list, level: Any, drop_args: bool,
+                    errors: list, pool: ThreadPoolExecutor) -> list:
+        """Each host's reduction made or found, as what `_merge` reads it from: its digest
+        (the body stays in the disk cache until its turn: a thousand hosts hold no thousand
+        descriptors) or, where the cache could not be written, the body in memory."""
+        svc = self.service
+        out: list = [None] * len(files)
+        digests = [svc._digest(tf, level, w[0], w[1], drop_args, share)
+                   for (_, tf), w, share in zip(files, windows, shares)]
+        todo = []
+        for i, d in enumerate(digests):
+            if errors[i] is not None:
+                continue
+            if svc._cached(d, False) is not None:
+                out[i] = d
+            else:
+                todo.append(i)
+        remote = [i for i in todo if self._remote(files, i)]
+        here = [i for i in todo if i not in set(remote)]
+
+        def reduce_here(i: int) -> None:
+            lo, hi = windows[i]
+            try:
+                out[i] = _held(svc.reduction_of(files[i][1], level, lo, hi, drop_args, True, shares[i]), digests[i])
+            except (TraceError, ServerBusy, MemoryError) as exc:
+                errors[i] = str(exc) or type(exc).__name__
+
+        def landed(k: int, outcome: Outcome) -> None:
+            """A worker's answer, into the disk cache as soon as it arrives (one body held at a time)."""
+            i = remote[k]
+            value: Optional[HostResult] = _answer(outcome, errors, i)
+            if value is not None:
+                out[i] = _held(self._store(digests[i], value), digests[i])
+            outcome.value = None
+
+        if remote:
+            assert self.executor is not None
+            tasks = [self._task(files[i][1], level, windows[i][0], windows[i][1], drop_args, shares[i]) for i in remote]
+            self.executor.run(reduce_host_task, tasks, [digests[i] for i in remote], [files[i][0] for i in remote],
+                              on_done=landed)
+        list(pool.map(reduce_here, here))
+        return out
+
+    def _store(self, digest: str, result: HostResult) -> Any:
+        svc = self.service
+        spool = svc.disk.spool(digest, svc.budget)
+        try:
+            spool.write(result.body)
+            body = spool.finish(result.meta)
+        except BaseException:
+            spool.abort()
+            raise
+        return self.reduction_type(body, dict(json.loads(result.meta), cached=False), digest[:32])
+
+    # ---- the merge --------------------------------------------------------------------
+    def _compute(self, files: list, lanes: list, digest: str, level: Any, start_us: Optional[float],
+                 end_us: Optional[float], drop_args: bool, resolution: Optional[int]) -> Any:
+        svc = self.service
+        found = svc._cached(digest, True)
         if found is not None:
             return found
         began = time.perf_counter()
-        svc = self.service
-        share = bucket_share(level, resolution, len(files))
-        workers = max(1, min(len(files), svc.gate.workers))
-        errors: list[Optional[BaseException]] = [None] * len(files)
-
-        def clock_of(i: int) -> HostClock:
-            try:
-                return self._clock(files[i][1])
-            except (TraceError, ServerBusy, MemoryError) as exc:
-                errors[i] = exc
-                return HostClock(None, "none", 0.0, 0.0)
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tb-reduce-hosts") as pool:
-            clocks = list(pool.map(clock_of, range(len(files))))
-            alignment = align([c for c, e in zip(clocks, errors) if e is None] or clocks)
-            offsets = iter(alignment.offsets_us)
-            host_offsets = [next(offsets) if e is None else 0.0 for e in errors]
-
-            def reduce_host(i: int) -> Any:
-                if errors[i] is not None:
-                    return None
-                off = host_offsets[i]
-                lo = None if start_us is None else start_us - off
-                hi = None if end_us is None else end_us - off
-                try:
-                    return svc.reduction_of(files[i][1], level, lo, hi, drop_args, True, share)
-                except (TraceError, ServerBusy, MemoryError) as exc:
-                    errors[i] = exc
-                    return None
-
-            reductions = list(pool.map(reduce_host, range(len(files))))
+        if any(lanes):
+            lane_share, full_share = lane_shares(level, resolution, sum(lanes), len(lanes) - sum(lanes))
+            shares = [lane_share if lane else full_share for lane in lanes]
+        else:
+            shares = [bucket_share(level, resolution, len(files))] * len(files)
+        errors: list[Optional[str]] = [None] * len(files)
+        with ThreadPoolExecutor(max_workers=max(1, min(len(files), svc.gate.workers)),
+                                thread_name_prefix="tb-reduce-hosts") as pool:
+            clocks = self._clocks_of(files, errors, pool)
+            ok = [i for i, e in enumerate(errors) if e is None]
+            alignment = align([clocks[i] for i in ok] or clocks)
+            host_offsets = [0.0] * len(files)
+            for i, off in zip(ok, alignment.offsets_us):
+                host_offsets[i] = off
+            windows = [(None if start_us is None else start_us - off, None if end_us is None else end_us - off)
+                       for off in host_offsets]
+            reductions = self._reductions(files, windows, shares, level, drop_args, errors, pool)
         if all(e is not None for e in errors):
-            raise errors[0]  # type: ignore[misc]
+            raise TraceError(f"no host of the view could be read; the first: {errors[0]}")
+        with svc.computing():
+            return self._merge(files, lanes, digest, level, start_us, end_us, drop_args, clocks, reductions, errors,
+                               Alignment(tuple(host_offsets), alignment.epoch_ns, alignment.absolute), windows,
+                               shares, began)
+
+    def _merge(self, files: list, lanes: list, digest: str, level: Any, start_us: Optional[float],
+               end_us: Optional[float], drop_args: bool, clocks: list, reductions: list, errors: list,
+               alignment: Alignment, windows: list, shares: list, began: float) -> Any:
+        svc = self.service
         account = svc.budget.account("merging the hosts' reductions")
         held = [0]
 
-        def loader(body: Any) -> Any:
+        def loader(i: int, ref: Any) -> Any:
             def load() -> Any:
                 # One host's reduction at a time: its JSON and the objects parsed from it
                 # (about 4x its bytes) are charged while it is merged, the previous one given back.
                 account.release(held[0])
+                held[0] = 0
+                body = ref
+                if isinstance(ref, str):
+                    found = svc._cached(ref, True)
+                    if found is None:  # evicted meanwhile by a busy cache: made again, here
+                        (_, tf), (lo, hi) = files[i], windows[i]
+                        found = svc.reduction_of(tf, level, lo, hi, drop_args, True, shares[i])
+                    body = found.body
                 raw = gzip.decompress(body.read())
                 held[0] = PARSED_BYTES_PER_BYTE * len(raw)
                 account.charge(held[0], "a host's reduction, merged")
@@ -153,17 +331,21 @@ class MergedViews:
             return load
 
         parts = []
-        for (rank, tf), clock, red, exc in zip(files, clocks, reductions, errors):
-            load = loader(red.body) if red is not None else None
-            parts.append(HostPart(tf.host, rank, clock, load, f"{type(exc).__name__}: {exc}" if exc else None))
-        view = {"level": level, "resolution": share, "window_us": [start_us, end_us] if start_us is not None else None}
+        for i, ((rank, tf), clock, red, err, lane) in enumerate(zip(files, clocks, reductions, errors, lanes)):
+            load = loader(i, red) if red is not None and err is None else None
+            parts.append(HostPart(tf.host, rank, clock, load, err, lane))
+        view = {"level": level, "resolution": shares[0] if len(set(shares)) == 1 else None,
+                "window_us": [start_us, end_us] if start_us is not None else None,
+                "lane_threshold": LANE_HOSTS}
         spool = svc.disk.spool(digest, svc.budget)
         try:
             sink = Sink(spool, gzip=True)
-            stats = write_merged(parts, Alignment(tuple(host_offsets), alignment.epoch_ns, alignment.absolute),
-                                 sink, view)
+            stats = write_merged(parts, alignment, sink, view)
             sink.close()
+            # Where the work ran, and how long it took, are in the stats, not in the body: the same
+            # view gives the same bytes whichever executor made it.
             stats["timings_s"] = {"request": time.perf_counter() - began}
+            stats["workers"] = self.executor.describe() if self.executor is not None else "in the server"
             body = spool.finish(json.dumps(_meta(stats), separators=(",", ":")).encode())
         except BaseException:
             spool.abort()
@@ -171,6 +353,28 @@ class MergedViews:
         finally:
             account.close()
         return self.reduction_type(body, dict(_meta(stats), cached=False), digest[:32])
+
+
+def _answer(outcome: Outcome, errors: list, i: int) -> Any:
+    """A worker's value for host `i`, or None with the reason in `errors[i]`."""
+    value = outcome.value
+    if outcome.failure or value is None:
+        errors[i] = outcome.failure or "no answer from its worker"
+        return None
+    if value.error:
+        errors[i] = value.error
+        return None
+    return value
+
+
+def _held(red: Any, digest: str) -> Any:
+    """What to keep of a host's reduction until the merge reads it (see `_reductions`)."""
+    return red.body if isinstance(red.body, MemoryBody) else digest
+
+
+def _key(kind: str, tf: Any) -> str:
+    """A task's key on a cluster: what it computes, of which file version."""
+    return key_digest([kind, FORMAT_VERSION, tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns])[:40]
 
 
 def _meta(stats: dict) -> dict:
