@@ -148,6 +148,14 @@ export function fetchWaveforms(run, host, signal) {
   return getJson('waveforms', {run, host}, signal);
 }
 
+/**
+ * `waveforms?run=&hosts=a,b`: the hosts' steps lined up by step number, with per step and series
+ * {min, median, max, straggler, values} (multihost/spread.py) and each host's reason when it has none.
+ */
+export function fetchSpread(run, hosts, signal) {
+  return getJson('waveforms', {run, hosts: hosts.join(',')}, signal);
+}
+
 // ---- search and range statistics (issue 13) -----------------------------------
 
 /**

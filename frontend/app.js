@@ -13,6 +13,9 @@ import {Timeline} from './timeline.js';
 import {AggregatePanel, relSeconds} from './panels/aggregate.js';
 import {SearchBar} from './panels/search.js';
 import {StepStrip} from './panels/steps.js';
+import {HostPicker} from './panels/hosts.js';
+import {SpreadPanel} from './panels/spread.js';
+import {hostEventOf, hostOfPid, isMerged, mergedNote} from './merged.js';
 import {installKeys} from './keys.js';
 import {installTheme} from './theme.js';
 
@@ -48,6 +51,8 @@ class Dashboard {
     // explicitLevel: the user picked the level, or the link named it (state.js); until then
     // the default level is cut to the screen's resolution, as `auto` always is (load()).
     this.sel = {run: null, host: null, level: initial.level, explicitLevel: initial.explicitLevel};
+    this.sel.hosts = null; // several hosts: the merged view (merged.js), sel.host its first
+    this.sel.expand = initial.expand.slice(); // merged lanes opened (a click on a host's busy lane)
     this.data = null; // {key, level, window, full, bucketUs, model}
     this.extents = new Map(); // run/host → the whole trace's window, once seen
     this.extentAsked = new Set();
@@ -72,7 +77,17 @@ class Dashboard {
   }
 
   key() {
-    return `${this.sel.run}\u0000${this.sel.host}`;
+    return `${this.sel.run}\u0000${this.multi() ? this.sel.hosts.join(',') : this.sel.host}`;
+  }
+
+  /** Several hosts chosen: the timeline is their merged view. */
+  multi() {
+    return Array.isArray(this.sel.hosts) && this.sel.hosts.length > 1;
+  }
+
+  /** What the view routes are asked about: {host} or, merged, {hosts, expand}. */
+  target() {
+    return this.multi() ? {host: this.sel.host, hosts: this.sel.hosts, expand: this.sel.expand} : {host: this.sel.host};
   }
 
   hostInfo() {
@@ -91,7 +106,10 @@ class Dashboard {
     this.liveLabel = el('label', {class: 'tbr-check tbr-live', hidden: true,
       title: 'Follow the newest window the `tb-reduce live` sidecar writes (the run list is asked every 2 s)'},
     this.liveToggle, ' Live', this.liveNote);
-    this.hostSelect = el('select', {'data-testid': 'host-select', 'aria-label': 'Host', onchange: () => this.selectHost(this.hostSelect.value)});
+    this.hostSelect = el('select', {'data-testid': 'host-select', 'aria-label': 'Host', onchange: () => {
+      if (this.hostSelect.value) this.selectHost(this.hostSelect.value);
+    }});
+    this.hostPicker = new HostPicker({onChange: (hosts) => this.hostsPicked(hosts)});
     this.levelSelect = el('select', {'data-testid': 'level-select', 'aria-label': 'Level', onchange: () => this.setLevel(this.levelSelect.value)},
       LEVELS.map((l) => el('option', {value: l}, LEVEL_LABELS[l])));
     this.levelSelect.value = this.sel.level;
@@ -116,17 +134,18 @@ class Dashboard {
     const bar = el('header', {class: 'tbr-bar'},
       el('span', {class: 'tbr-title'}, 'Trace Reduce'), this.profileBadge,
       el('label', {}, 'Run ', this.runSelect), this.liveLabel,
-      el('label', {}, 'Host ', this.hostSelect),
+      el('label', {}, 'Host ', this.hostSelect), this.hostPicker.element,
       el('label', {}, 'Level ', this.levelSelect),
       el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
       this.search.element, this.marksBox,
       this.fitButton, this.shareLink, this.downloadLink, this.copied,
       el('span', {class: 'tbr-help'}, 'wheel or W/S zoom · drag or A/D pan · shift+wheel scrolls tracks · click for details'));
     this.waveBox = el('div', {class: 'tbr-wave-slot'});
+    this.spreadBox = el('div', {class: 'tbr-spread-slot'});
     this.stepsBox = el('div', {class: 'tbr-steps-slot'});
     this.app = el('div', {class: 'tbr-app'}, bar, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
-      this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.details);
+      this.spreadBox, this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.details);
     root.replaceChildren(this.app);
     // light or dark, as TensorBoard (or the system) is; before the canvases draw
     this.theme = installTheme(this.app, () => this.themeChanged());
@@ -144,8 +163,8 @@ class Dashboard {
         this.runSelect.value = run;
         this.selectRun(run);
       },
-      onWaveform: (wave) => {
-        if (typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(wave);
+      onWaveform: (wave) => { // one host's steps on its own clock: not on a merged view's
+        if (typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(this.multi() ? null : wave);
       },
     });
     this.steps = new StepStrip(this.stepsBox, {
@@ -153,6 +172,7 @@ class Dashboard {
       fetchSteps: (run, host) => this.waveforms.waves(run, host), // one request for both
       gutter: () => this.timeline.gutter,
     });
+    this.spread = new SpreadPanel(this.spreadBox, {onStep: (t0, t1) => this.timeline.zoomTo(t0, t1)});
     this.shortcuts = installKeys(this, root);
   }
 
@@ -276,15 +296,22 @@ class Dashboard {
     this.hostSelect.value = hostOk ? host : first.hosts[0].host;
     this.sel.run = first.run;
     this.sel.host = this.hostSelect.value;
+    const several = wanted && this.initial.hosts ? first.hosts.map((h) => h.host).filter((h) => this.initial.hosts.includes(h)) : [];
+    if (several.length > 1) { // a link to a merged view
+      this.sel.hosts = several;
+      this.sel.host = several[0];
+    }
+    this.syncHostControls(first);
+    const linked = hostOk || this.multi();
     let firstLoad;
-    if (hostOk && this.initial.window) {
+    if (linked && this.initial.window) {
       // a shared link: show exactly its window, fetch around it
       this.timeline.setView(this.initial.window[0], this.initial.window[1], {silent: true});
       firstLoad = this.load(fetchWindow(this.initial.window, null));
     } else {
       firstLoad = this.load(null);
     }
-    if (hostOk && this.initial.event !== null) this.openEvent(this.initial.event);
+    if (hostOk && !this.multi() && this.initial.event !== null) this.openEvent(this.initial.event);
     // The waveforms and the step strip ask only once the first timeline has arrived: on a
     // cold server their requests (the steps of the same trace, the run's event files) would
     // share its CPUs with the timeline's reduction, and the timeline is what the user waits for.
@@ -293,6 +320,7 @@ class Dashboard {
       this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
       this.steps.setContext({run: this.sel.run, host: this.sel.host});
       if (this.data) this.steps.setModel(this.data.model); // the strip's fallback: the loaded trace's markers
+      this.showPanels();
     };
     if (firstLoad) firstLoad.then(panels, panels);
     else panels();
@@ -364,6 +392,47 @@ class Dashboard {
     // JAX's capped export says so, and comes after the XSpace it was made from (the server's order).
     setChildren(this.hostSelect, runInfo.hosts.map((h) => el('option', {value: h.host, title: h.capped ? h.capped.note : ''},
       `${h.host} (${h.format}, ${formatBytes(h.bytes)}${h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events` : ''})`)));
+    this.hostPicker.setHosts(runInfo.hosts, [this.sel.host]);
+  }
+
+  /** The host select and the picker say what is shown: one host, or "N hosts" when merged. */
+  syncHostControls(runInfo = this.runs.find((r) => r.run === this.sel.run)) {
+    if (!runInfo) return;
+    const old = this.hostSelect.querySelector('option[data-merged]');
+    if (old) old.remove();
+    if (this.multi()) {
+      this.hostSelect.append(el('option', {value: '', 'data-merged': true, disabled: true},
+        `${this.sel.hosts.length} hosts, merged`));
+      this.hostSelect.value = '';
+    } else {
+      this.hostSelect.value = this.sel.host;
+    }
+    this.hostPicker.setHosts(runInfo.hosts, this.multi() ? this.sel.hosts : [this.sel.host]);
+  }
+
+  /** The picker's hosts changed: none waits for one, one is the single-host view, several are merged. */
+  hostsPicked(hosts) {
+    if (!hosts.length) {
+      this.setStatus('No host chosen: check at least one in Hosts.');
+      return;
+    }
+    if (hosts.length === 1) {
+      this.selectHost(hosts[0]);
+      return;
+    }
+    this.sel.hosts = hosts.slice();
+    this.sel.expand = this.sel.expand.filter((h) => hosts.includes(h));
+    this.showHosts(hosts[0]);
+  }
+
+  /** A merged view: the spread across hosts where the waveforms and the step strip stand for one host. */
+  showPanels() {
+    const multi = this.multi();
+    this.waveBox.hidden = this.stepsBox.hidden = multi;
+    if (multi && typeof this.timeline.setWaveform === 'function') this.timeline.setWaveform(null);
+    this.search.input.disabled = multi;
+    this.search.input.title = multi ? 'Search reads one host: choose one host to search its events' : '';
+    this.spread.setContext({run: this.sel.run, hosts: multi ? this.sel.hosts : null});
   }
 
   selectRun(run) {
@@ -375,9 +444,15 @@ class Dashboard {
   }
 
   selectHost(host, run = this.sel.run) {
+    this.sel.hosts = null;
+    this.showHosts(host, run);
+  }
+
+  /** Shows `host` of `run`, or the merged view of `sel.hosts` when several are chosen (host: the first). */
+  showHosts(host, run = this.sel.run) {
     this.sel.run = run;
     this.sel.host = host;
-    this.hostSelect.value = host;
+    this.syncHostControls();
     this.data = null;
     this.stats = null;
     this.selected = null;
@@ -390,6 +465,7 @@ class Dashboard {
     this.load(null);
     this.waveforms.setContext({runs: this.runs, run, host});
     this.steps.setContext({run, host});
+    this.showPanels();
     this.updateLinks();
   }
 
@@ -443,7 +519,7 @@ class Dashboard {
     // a zoomed window alike (levels 1-4 get min(that, their own count)). An explicit level
     // 0-4 (picked, or from a link) is exactly that level, as its download is.
     const resolution = level === 'auto' || !this.sel.explicitLevel ? this.canvasResolution() : null;
-    const params = viewParams({run: this.sel.run, host: this.sel.host, level, window, resolution});
+    const params = viewParams({run: this.sel.run, ...this.target(), level, window, resolution});
     // The timeline draws no args; a click asks the `event` route for them. Leaving
     // them out makes each window cheaper to write, send and parse.
     params.set('args', '0');
@@ -459,7 +535,7 @@ class Dashboard {
     });
     this.inflight = {seq, job, controller, window, level, key, resolution};
     this.timelineBox.dataset.loading = '1';
-    this.setStatus(`Reducing ${this.sel.host} at level ${level} on the server…`);
+    this.setStatus(`Reducing ${this.multi() ? `${this.sel.hosts.length} hosts` : this.sel.host} at level ${level} on the server…`);
     this.setProgress(0);
     this.pendingStats = null;
     getJson('stats', params, controller.signal).then((stats) => {
@@ -517,7 +593,15 @@ class Dashboard {
     const total = ((performance.now() - started) / 1000).toFixed(2);
     const shown = model.slices.count + model.instants.count;
     this.setStatus(`Level ${this.data.level}${level === 'auto' ? ' (auto)' : ''}: ${formatCount(model.eventCount)} events in ` +
-      `${full ? 'the whole trace' : `a ${formatDuration(dataWindow[1] - dataWindow[0])} window`} · loaded in ${total} s`);
+      `${full ? 'the whole trace' : `a ${formatDuration(dataWindow[1] - dataWindow[0])} window`} · loaded in ${total} s` +
+      (isMerged(model) ? ` · ${mergedNote(tb)}` : ''));
+    this.timelineBox.dataset.hosts = isMerged(model) ? String((tb.hosts || []).length) : '';
+    if (isMerged(model)) this.spread.setOffsets(tb.hosts);
+    if (isMerged(model) && this.revealHost) {
+      const p = model.processes.findIndex((proc) => (hostOfPid(tb, proc.pid) || {}).host === this.revealHost);
+      if (p >= 0) this.timeline.revealProcess(p);
+      this.revealHost = null;
+    }
     if (!shown && !model.counters.length) {
       this.showMessage('Nothing to draw', full ? 'This trace holds no slices, counters or instants.'
         : 'No events in this window: zoom out or press Fit.');
@@ -537,7 +621,7 @@ class Dashboard {
     this.inflight = null;
     this.timelineBox.dataset.loading = '0';
     this.setProgress(null);
-    const what = `${this.sel.run} / ${this.sel.host}`;
+    const what = `${this.sel.run} / ${this.multi() ? `${this.sel.hosts.length} hosts` : this.sel.host}`;
     this.setStatus(`Could not load ${what}: ${err.message}`, 'tbr-error');
     if (!this.data) {
       const hint = err.status === 413 ? 'The file is over the server\'s input limit (--tb_reduce_max_input_mb).'
@@ -555,7 +639,7 @@ class Dashboard {
   discoverExtent(key) {
     if (this.extentAsked.has(key)) return;
     this.extentAsked.add(key);
-    getJson('stats', {run: this.sel.run, host: this.sel.host, level: '4'}).then((st) => {
+    getJson('stats', viewParams({run: this.sel.run, ...this.target(), level: '4'})).then((st) => {
       const w = st && st.window_us;
       if (!Array.isArray(w) || !(w[1] > w[0]) || this.extents.has(key)) return;
       this.extents.set(key, w.slice());
@@ -624,8 +708,8 @@ class Dashboard {
       this.downloadLink.removeAttribute('href');
       return;
     }
-    const state = {run: this.sel.run, host: this.sel.host, level: this.sel.level, explicitLevel: this.sel.explicitLevel,
-      window: this.currentWindow(), event: this.selected ? this.selected.input : null};
+    const state = {run: this.sel.run, ...this.target(), level: this.sel.level, explicitLevel: this.sel.explicitLevel,
+      window: this.currentWindow(), event: this.selected && !this.multi() ? this.selected.input : null};
     this.shareLink.href = shareUrl(BASE, state);
     this.downloadLink.href = downloadUrl(BASE, state);
     const view = this.timeline.getView();
@@ -680,9 +764,11 @@ class Dashboard {
       ['file', `${formatBytes(fileBytes)} (${input.format || (host && host.format) || '?'})`],
     ];
     if (input.json_bytes && input.format !== 'xspace') original.push(['JSON', formatBytes(input.json_bytes)]);
-    const screen = d.asked && tb.resolution === d.asked ? ', one per screen pixel' : '';
+    const screen = tb.merged && tb.resolution ? ` per host, ${(tb.hosts || []).length} hosts`
+      : d.asked && tb.resolution === d.asked ? ', one per screen pixel' : '';
     const reduced = [
-      ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets of ${formatDuration(tb.bucket_us)}${screen}` : ' · lossless'}`],
+      ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets${tb.bucket_us ? ` of ${formatDuration(tb.bucket_us)}` : ''}${screen}`
+        : tb.merged && tb.lanes && tb.level !== 0 ? ` · the buckets shared by ${formatCount(tb.lanes.lanes)} lanes and the expanded hosts` : ' · lossless'}`],
       ['events', `${formatCount(output.events)} (${formatRatio(output.events, input.events)})` +
         (output.summaries ? `, of which ${formatCount(output.summaries)} summaries` : '')],
       ['JSON', output.json_bytes !== undefined ? `${formatBytes(output.json_bytes)}${input.json_bytes && input.format !== 'xspace' ? ` (${formatRatio(output.json_bytes, input.json_bytes)})` : ''}` : '…'],
@@ -692,7 +778,7 @@ class Dashboard {
     const timing = [
       ['server', t ? `${formatSeconds(t.request)}${st.cached ? ' (cached earlier)' : ''}` : '…'],
     ];
-    if (t) timing.push(['steps', `index ${formatSeconds(t.index)} · plan ${formatSeconds(t.plan)} · write ${formatSeconds(t.write)}`]);
+    if (t && t.index !== undefined) timing.push(['steps', `index ${formatSeconds(t.index)} · plan ${formatSeconds(t.plan)} · write ${formatSeconds(t.write)}`]);
     if (d.model.timing) timing.push(['browser', `receive ${formatDuration(d.model.timing.receive_ms * 1000)} · parse ${formatDuration(d.model.timing.parse_ms * 1000)}`]);
     const card = (title, rows, cls) => el('div', {class: `tbr-card ${cls}`}, el('h4', {}, title),
       el('dl', {}, rows.map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
@@ -707,7 +793,8 @@ class Dashboard {
   /** The search box, the marks' count and the range statistics panel (placed by build()). */
   buildQuery() {
     this.search = new SearchBar({
-      context: () => ({run: this.sel.run, host: this.sel.host, view: this.timeline.getView()}),
+      // search and range statistics read one host's index on its own clock: not a merged view's
+      context: () => ({run: this.multi() ? null : this.sel.run, host: this.sel.host, view: this.timeline.getView()}),
       onHits: (hits) => this.timeline.setSearchHits(hits),
       onGo: (hit) => this.goToHit(hit),
       onEscape: () => this.clearAll(),
@@ -948,6 +1035,10 @@ class Dashboard {
   rangeChanged(range, final) {
     this.range = range;
     if (!final) return;
+    if (this.multi()) {
+      this.setStatus('Range statistics are per host: choose one host to see them.');
+      return;
+    }
     this.aggregate.show({run: this.sel.run, host: this.sel.host, range, origin: this.origin()});
   }
 
@@ -1006,6 +1097,17 @@ class Dashboard {
     this.timeline.setSelected(null);
   }
 
+  /** A click on a host's busy lane (a merged view of many hosts): that host's tracks, fetched again. */
+  expandLane(host) {
+    if (this.sel.expand.includes(host)) return;
+    this.sel.expand = [...this.sel.expand, host];
+    this.revealHost = host; // its tracks are scrolled to once they arrive
+    this.setStatus(`Expanding ${host}…`);
+    const view = this.timeline.getView();
+    this.load(view ? fetchWindow(view, this.extents.get(this.key())) : null);
+    this.updateLinks();
+  }
+
   showDetails(hit) {
     const seq = ++this.detailsSeq;
     if (!hit) {
@@ -1028,12 +1130,20 @@ class Dashboard {
     }
     const input = summary ? null : inputIndexOf(m, k);
     const event = this.eventOfHit(hit, input, name);
+    // A merged view's event is one of its host's: that host's own index asks the event route.
+    const place = isMerged(m) && event && input !== null ? hostEventOf(m.tb, event.pid, input) : null;
+    if (place && place.lane) {
+      this.expandLane(place.host);
+      return;
+    }
     this.selected = {kind: hit.kind, input, event};
     this.foldNote = null;
     this.updateLinks();
     const body = el('div', {class: 'tbr-args'});
-    setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name),
-      detailList(withTimes(rows, event ? event.ts : NaN, this.origin())), body);
+    const basics = withTimes(rows, event ? event.ts : NaN, this.origin());
+    if (place) basics.unshift(['host', place.host]);
+    setChildren(this.details, el('h3', {class: 'tbr-detail-name'}, name), detailList(basics), body);
+    this.details.dataset.host = place ? place.host : this.sel.host || '';
     if (summary) {
       const [t0, t1] = span;
       setChildren(body,
@@ -1046,11 +1156,13 @@ class Dashboard {
         }}, 'Zoom to these events'));
       return;
     }
-    if (input === null) return;
-    setChildren(body, el('p', {class: 'tbr-muted'}, `Loading event #${input}…`));
-    getJson('event', {run: this.sel.run, host: this.sel.host, i: String(input)}).then((event) => {
+    // (a merged view's event no host owns, a global instant, has no event to ask for)
+    const [host, i] = place ? [place.host, place.i] : isMerged(m) ? [null, null] : [this.sel.host, input];
+    if (i === null || i === undefined) return;
+    setChildren(body, el('p', {class: 'tbr-muted'}, `Loading event #${i}…`));
+    getJson('event', {run: this.sel.run, host, i: String(i)}).then((event) => {
       if (seq !== this.detailsSeq) return;
-      setChildren(body, renderEvent(event, input));
+      setChildren(body, renderEvent(event, i));
     }, (err) => {
       if (seq !== this.detailsSeq) return;
       setChildren(body, el('p', {class: 'tbr-error'}, `Could not load the event's arguments: ${err.message}`));

@@ -215,7 +215,7 @@ export function buildModel(doc) {
   });
   const outProcs = shownProcs.map((p) => ({
     pid: p.pid,
-    label: processLabel(p),
+    label: processLabel(p, !!(tb && tb.merged)),
   }));
   const firstTrack = new Int32Array(outProcs.length + 1);
   for (const t of outTracks) firstTrack[t.proc + 1] += 1;
@@ -289,10 +289,12 @@ function readMetadata(e, procOf) {
   }
 }
 
-function processLabel(p) {
+/** A process's label; in a merged view (multihost/merge.py) with its host's own pid, not rank·2^32 + pid. */
+function processLabel(p, merged = false) {
   const name = p.name || 'Process';
   const labels = p.labels ? ` (${p.labels})` : '';
-  return `${name}${labels} ${p.pid ?? ''}`.trim();
+  const pid = merged && typeof p.pid === 'number' ? p.pid % 2 ** 32 : p.pid;
+  return `${name}${labels} ${pid ?? ''}`.trim();
 }
 
 function addSummary(sum, k, args, names) {

@@ -1,4 +1,4 @@
-// The shareable part of the dashboard's state (run, host, level, window and the
+// The shareable part of the dashboard's state (run, host or hosts, level, window and the
 // selected event) and its round trip through a URL query string: the `view` page
 // reads it back, so a copied link reopens exactly what the sender saw.
 //
@@ -25,11 +25,20 @@ export function parseViewState(search) {
   return {
     run: q.get('run') || null,
     host: q.get('host') || null,
+    hosts: parseHosts(q.get('hosts')),
+    expand: parseHosts(q.get('expand')) || [],
     level: LEVELS.includes(level) ? level : DEFAULT_LEVEL,
     explicitLevel: LEVELS.includes(level),
     window: hasWindow ? [start, end] : null,
     event: parseEventIndex(q.get('event')),
   };
+}
+
+/** `hosts=a,b,…` (a merged view's hosts, in the run's order): the names, or null. */
+export function parseHosts(text) {
+  if (!text) return null;
+  const names = text.split(',').filter((n) => n);
+  return names.length ? names : null;
 }
 
 /** `event=<input index>`: a non-negative integer, else null. */
@@ -52,10 +61,16 @@ export function roundUs(us) {
  * `resolution` (the timeline's bucket count, policy.js: at `auto`, and at the default
  * level until one is picked) only where given.
  */
-export function viewParams({run, host, level, window, resolution}) {
+export function viewParams({run, host, hosts, expand, level, window, resolution}) {
   const params = new URLSearchParams();
   params.set('run', run);
-  params.set('host', host);
+  // several hosts: the merged view (its window on the merged clock), and the lanes opened in it
+  if (Array.isArray(hosts) && hosts.length > 1) {
+    params.set('hosts', hosts.join(','));
+    if (Array.isArray(expand) && expand.length) params.set('expand', expand.join(','));
+  } else {
+    params.set('host', host);
+  }
   params.set('level', level || DEFAULT_LEVEL);
   if (Number.isSafeInteger(resolution) && resolution > 0) params.set('resolution', String(resolution));
   if (window) {

@@ -20,6 +20,7 @@ import {el} from './dom.js';
 import {formatDuration, formatTick, niceStep} from './format.js';
 import {FLAG_SUMMARY, inputIndexOf, lowerBound} from './model.js';
 import {BOLD_FONT, COLORS, FONT, PROC_H, ROW_H, RULER_H, SLICE_H, fitText} from './tracks/common.js';
+import {shortHostNames, shortLabel} from './merged.js';
 import {KIND_OF_HIT, TRACK_KINDS} from './tracks/index.js';
 
 const MIN_SPAN_US = 1e-3;
@@ -311,6 +312,15 @@ export class Timeline {
     const visible = this.height - RULER_H;
     if (top >= this.scrollY && top + ROW_H <= this.scrollY + visible) return;
     this.scrollY = top - visible / 3;
+    this.clampScroll();
+    this.requestDraw();
+  }
+
+  /** Scrolls process `p` (its index in the model) to the top third of the plot. */
+  revealProcess(p) {
+    const item = this.rowItem('proc', p);
+    if (!item) return;
+    this.scrollY = item.y - (this.height - RULER_H) / 3;
     this.clampScroll();
     this.requestDraw();
   }
@@ -753,6 +763,10 @@ export class Timeline {
         ctx.fillRect(0, y, G - 1, item.h);
         ctx.font = BOLD_FONT;
         text = m.processes[item.index].label;
+        if (m.tb && m.tb.merged) { // a merged view: the hosts' names without what they all share
+          if (this.shortFor !== m) [this.shortFor, this.shortHosts] = [m, shortHostNames(m.tb)];
+          text = shortLabel(text, this.shortHosts);
+        }
         indent = 6;
       } else {
         ctx.font = FONT;

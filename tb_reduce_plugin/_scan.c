@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +32,19 @@
 
 #define MAX_DEPTH 64
 #define MAX_NUMBER 64
+
+/* Numbers the exact fast path cannot take are converted by the C library's strtod in the
+ * "C" locale (correctly rounded, as CPython's own dtoa is), through a locale object made
+ * once: the scan runs with the GIL released, and PyOS_string_to_double must not be called
+ * then (its big-number pool is guarded by the GIL: two threads scanning at once corrupted
+ * the heap). Without strtod_l such numbers are handed back to the pure path. */
+#if defined(__GLIBC__) || defined(__APPLE__) || defined(__FreeBSD__)
+#define HAVE_STRTOD_L 1
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+static locale_t c_numeric = (locale_t)0;
+#endif
 
 /* ---- a byte-keyed hash table in front of an Interner ------------------------------ */
 
@@ -508,13 +522,15 @@ static int scan_number(Cursor *c, int *is_int, int64_t *iv, double *dv) {
     char buf[MAX_NUMBER + 1];
     memcpy(buf, start, len);
     buf[len] = 0;
+#ifdef HAVE_STRTOD_L
+    if (c_numeric == (locale_t)0) return -1;
     char *stop = NULL;
-    double v = PyOS_string_to_double(buf, &stop, NULL);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
+    double v = strtod_l(buf, &stop, c_numeric);  /* no Python call: the GIL may be released here */
     if (stop != buf + len) return -1;
+#else
+    (void)buf;
+    return -1;
+#endif
     if (!(v - v == 0.0)) return -1;  /* overflowed to infinity: the pure path decides */
     *dv = v;
     return 0;
@@ -1252,6 +1268,9 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;
+#ifdef HAVE_STRTOD_L
+    if (c_numeric == (locale_t)0) c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+#endif
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     Py_INCREF(&ScannerType);

@@ -180,7 +180,13 @@ def test_each_hosts_part_of_a_merged_view_is_its_own_reduction_and_keeps_the_gua
             mine = doc["traceEvents"][entry["first_event"]:entry["first_event"] + entry["events"]]
             own = alone["traceEvents"]
             assert mine[:len(own)] == [moved(e, rank, host, entry["offset_us"]) for e in own]
-            assert all(e["ph"] == "M" and e["args"]["name"].startswith(f"{host} · pid ") for e in mine[len(own):])
+            for e in mine[len(own):]:  # what the merge adds: names and sort indexes of the host's own processes
+                assert e["ph"] == "M"
+                assert e["pid"] // PID_STRIDE == rank if isinstance(e["pid"], int) else e["pid"].startswith(f"{host}/")
+                if e["name"] == "process_name":
+                    assert e["args"]["name"].startswith(f"{host} · pid ")
+                else:
+                    assert e["name"] == "process_sort_index" and e["args"]["sort_index"] >> 20 == rank
             if level:
                 monkeypatch.setitem(reference_checker.RESOLUTION, level, share)
             reference_checker.check_reduction(_input(_input_of(runs[run], host))[0], alone, level)

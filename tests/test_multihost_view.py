@@ -66,11 +66,18 @@ def test_every_rank_is_its_own_reduction_moved_to_its_place_in_real_time(dlrm) -
         mine = events[entry["first_event"]:entry["first_event"] + entry["events"]]
         own = alone["traceEvents"]
         assert mine[:len(own)] == [moved(e, k, hosts[k], entry["offset_us"]) for e in own]
-        # then a name for each process the rank never named, by its host and pid
+        # then a name for each process the rank never named, by its host and pid, and a sort
+        # index inside the host's range for each it gave none
+        extra = mine[len(own):]
         named = {e["pid"] for e in own if e.get("ph") == "M" and e.get("name") == "process_name"}
         unnamed = sorted({str(e["pid"]) for e in own} - {str(p) for p in named})
-        assert sorted(e["args"]["name"] for e in mine[len(own):]) == sorted(f"{hosts[k]} · pid {p}" for p in unnamed)
-        assert all(e["ph"] == "M" and e["name"] == "process_name" for e in mine[len(own):])
+        names = [e["args"]["name"] for e in extra if e["name"] == "process_name"]
+        assert sorted(names) == sorted(f"{hosts[k]} · pid {p}" for p in unnamed)
+        indexed = {e["pid"] for e in own if e.get("ph") == "M" and e.get("name") == "process_sort_index"}
+        sort_of = {e["pid"]: e["args"]["sort_index"] for e in extra if e["name"] == "process_sort_index"}
+        assert len(sort_of) == len({str(e["pid"]) for e in own} - {str(p) for p in indexed})
+        assert all(k * (1 << 20) <= v < (k + 1) * (1 << 20) for v in sort_of.values())
+        assert all(e["ph"] == "M" for e in extra) and len(extra) == len(names) + len(sort_of)
         first = min(e["ts"] for e in mine if e.get("ph") != "M")
         assert first == pytest.approx(starts[k] - epoch_us, abs=1e-3)
         assert entry["metadata"]["distributedInfo"]["rank"] == int(hosts[k].split("worker")[1][0])

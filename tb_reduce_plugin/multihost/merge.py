@@ -8,7 +8,8 @@ in time as a whole, so they still hold per track:
   host's place in its run's host list (stable whatever hosts a view picks; exact in a
   JavaScript number up to 2^21 hosts); a string pid `p` becomes `"<host>/<p>"`. Its
   `process_name` is prefixed with the host (`"host · name"`; a pid without one gets
-  `"host · pid p"`) and `process_sort_index` orders hosts first, then their processes.
+  `"host · pid p"`) and `process_sort_index` orders hosts first, then their processes (a
+  process without one gets one in its host's range, after those that have one).
 - **time**: every timestamp gets the host's offset (`clock.align`): µs from the earliest
   first event of the hosts, on the wall clock when the hosts' origins are known.
 - **flows and async ids** (`id`, `id2`, `bind_id`) are prefixed with the host's rank
@@ -95,10 +96,19 @@ def _host_events(evs: list, part: HostPart, offset: float) -> list:
         new = _rewrite(ev, part, offset, named)
         pids.setdefault(new["pid"], ev.get("pid"))
         out.append(new)
+    sorted_ = {e["pid"] for e in out if e.get("ph") == "M" and e.get("name") == "process_sort_index"}
+    unsorted = []
     for pid, local in pids.items():  # a process the host never named is named by its host and pid
         if pid not in named:
             out.append({"ph": "M", "pid": pid, "name": "process_name",
                         "args": {"name": f"{part.host} · pid {local}"}})
+        if pid not in sorted_:
+            unsorted.append(pid)
+    # A process without a sort index is placed among its host's, after those that have one
+    # (viewers order processes by it, then by pid: pids alone would not keep hosts together).
+    for k, pid in enumerate(sorted(unsorted, key=str)):
+        out.append({"ph": "M", "pid": pid, "name": "process_sort_index",
+                    "args": {"sort_index": part.rank * SORT_STRIDE + SORT_STRIDE // 2 + min(k, SORT_STRIDE // 2 - 1)}})
     return out
 
 

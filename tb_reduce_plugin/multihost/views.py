@@ -49,7 +49,7 @@ from .tasks import ClockResult, HostResult, HostTask, host_clock_task, reduce_ho
 PARSED_BYTES_PER_BYTE = 5  # a reduction's JSON bytes and the Python objects parsed from them
 MAX_HOSTS = 4096  # hosts merged in one view
 LANE_HOSTS = 32  # above this many hosts, hosts not expanded are drawn as lanes
-LANE_MIN_BUCKETS = 50
+LANE_MIN_BUCKETS = 200  # a lane's buckets at least: a lane is at most one slice a bucket
 MAX_CLOCKS = 100_000  # host clocks remembered (a few numbers each)
 MAX_MERGES = 8  # merged views computed at once; more are told to come back (a storm of windows)
 
