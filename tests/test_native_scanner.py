@@ -219,3 +219,31 @@ def test_scans_on_several_threads_at_once_give_the_tables_one_thread_gives() -> 
             together = list(pool.map(_scan_table, texts * 2))
     for i, table in enumerate(together):
         assert table_difference(table, alone[i % len(texts)]) is None
+
+
+def test_numbers_past_the_exact_fast_path_scan_on_several_threads_at_once() -> None:
+    """Kineto writes µs since the epoch with a fraction (`1694128201424195.5`): 17 digits, past
+    the exact fast path, so nearly every timestamp takes the slow conversion. It once called
+    CPython's float parser with the GIL released, and two hosts scanned at once corrupted the
+    heap; each thread must get exactly the table one thread gets (and the pure path's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.table_equality import table_difference
+
+    texts = [
+        json.dumps(
+            [{"ph": "X", "name": f"op{i % 50}", "pid": k, "tid": 1, "ts": 1694128201424195.5 + i * 0.25 + k,
+              "dur": float(f"1.2345678901234567e{i % 5}")} for i in range(40_000)]
+        ).encode()
+        for k in range(4)
+    ]
+    with native(True):
+        alone = [_scan_table(t) for t in texts]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            together = list(pool.map(_scan_table, texts * 3))
+    for text, table in zip(texts, alone):  # converted as Python's own float parser converts them
+        events = json.loads(text)
+        assert np.array_equal(table.ts, np.array([e["ts"] for e in events]))
+        assert np.array_equal(table.dur, np.array([e["dur"] for e in events]))
+    for i, table in enumerate(together):
+        assert table_difference(table, alone[i % len(texts)]) is None
