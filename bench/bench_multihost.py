@@ -4,7 +4,8 @@
 What it measures (issue 15's targets), each configuration in a fresh server process
 with an empty cache, several times, medians and ratios printed:
 
-1. **64 generated hosts, merged view cold** (`trace?hosts=*&level=2`, the whole run):
+1. **64 generated hosts, merged view cold** (`trace?hosts=*&level=2`, the whole run; past
+   32 hosts that is a busy lane per host, each host still parsed and reduced whole):
    the server alone (`--tb_reduce_workers=local:0`: threads under its gate), one worker
    process (`local:1`), the local pool (`local:2`, one per core here) and a Dask
    `LocalCluster` of 2 process workers started once beforehand (`tcp://…`). Ratios:
@@ -109,6 +110,13 @@ def measure(logdir: Path, workers: str, mode: str = "cold") -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _peak_rss_mb() -> float:
+    """A process's peak RSS (run on each Dask worker)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -138,15 +146,16 @@ def main() -> None:
 
     results: dict[str, list[dict]] = {}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  host="127.0.0.1") as cluster:
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
         configs = {"server": "local:0", "local:1": "local:1", "local:2": "local:2", "dask": cluster.scheduler_address}
         for i in range(a.n):  # interleaved, so a noisy minute hits every configuration alike
             for name, spec in configs.items():
                 if name == "dask":
-                    cluster.scale(0)  # fresh worker processes: nothing parsed is kept from the last round
-                    cluster.scale(2)
-                    cluster.wait_for_workers(2, timeout=60)
+                    client.restart()  # fresh worker processes: nothing parsed is kept from the last round
                 results.setdefault(name, []).append(measure(wide, spec))
+                if name == "dask":
+                    peaks = client.run(_peak_rss_mb)
+                    results[name][-1]["workers_rss_mb"] = max(peaks.values()) if peaks else 0.0
                 r = results[name][-1]
                 print(f"  round {i + 1} {name:8s} cold {r['cold_s']:6.2f} s  server RSS {r['rss_mb']:5.0f} MB  "
                       f"worker peak {r['workers_rss_mb']:5.0f} MB  start {r['start_s']:5.2f} s  errors {r['errors']}", flush=True)
@@ -157,7 +166,8 @@ def main() -> None:
     for name in results:
         m = median(results[name], "cold_s")
         print(f"  {name:8s} {m:6.2f} s   {m / base:5.2f}x local:2   server peak RSS "
-              f"{max(r['rss_mb'] for r in results[name]):5.0f} MB (budget {MEMORY_MB} MB)")
+              f"{max(r['rss_mb'] for r in results[name]):5.0f} MB (budget {MEMORY_MB} MB), a worker's peak "
+              f"{max(r['workers_rss_mb'] for r in results[name]):4.0f} MB")
 
     lanes = [measure(many, "local:2", "warm") for _ in range(a.n)]
     print(f"\n{a.many} hosts (lanes), local:2; medians of {a.n}:")

@@ -8,10 +8,11 @@
   under its own computation gate (what a single-host view does).
 - `tcp://scheduler:8786` (or `tls://…`): an existing Dask cluster. Tasks go with the cache
   digest as their key, so identical work submitted by several servers runs once on the
-  cluster. Workers need the same tb-reduce version (a task from another version is
-  refused with that reason) and read access to the logdir's files (a shared file system,
-  or an object-store logdir). The scheduler must be trusted: Dask unpickles what it
-  receives, so never point a server at a scheduler others control.
+  cluster, each host preferring one worker (as on the local pool). Workers need the same
+  tb-reduce version (a task from another version is refused with that reason) and read
+  access to the logdir's files (a shared file system, or an object-store logdir). The
+  scheduler must be trusted: Dask unpickles what it receives, so never point a server at
+  a scheduler others control.
 
 Every task is a pure function (`tasks.reduce_host_task`, `tasks.host_clock_task`) of
 values; a task whose worker dies is sent once more (Dask retries on its own), and if it
@@ -254,8 +255,17 @@ class DaskCluster(HostExecutor):
     def run(self, fn: Callable[[Any], Any], args: Sequence[Any], keys: Sequence[str],
             routes: Sequence[int], on_done: Optional[Callable[[int, Outcome], None]] = None) -> list[Outcome]:
         client = self.client()
-        futures = [client.submit(fn, a, key=f"tb-reduce-{fn.__name__}-{key}", pure=False, retries=1)
-                   for a, key in zip(args, keys)]
+        # A host goes to the same worker each time, as on the local pool (its clock task, its
+        # reduce task and its next windows then parse its file once there); any other worker
+        # takes it if that one is gone or busy past the scheduler's patience.
+        try:
+            workers = sorted(client.scheduler_info().get("workers", {}))
+        except Exception:
+            workers = []
+        futures = [client.submit(fn, a, key=f"tb-reduce-{fn.__name__}-{key}", pure=False, retries=1,
+                                 workers=[workers[r % len(workers)]] if workers else None,
+                                 allow_other_workers=True)
+                   for a, key, r in zip(args, keys, routes)]
         out: list[Outcome] = []
         for k, fut in enumerate(futures):
             try:
