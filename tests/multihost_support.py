@@ -6,12 +6,18 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
+
+import pytest
 
 from tb_reduce_plugin.multihost import tasks
 from tb_reduce_plugin.multihost.merge import PID_STRIDE, SORT_STRIDE
 
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+# The corpus's 8 ranks of one PyTorch DLRM job (Kineto, µs since the epoch), one host each.
+DLRM_RANKS = sorted((CORPUS / "public" / "param").glob("*dlrm_kineto__worker*_step_12.*.pt.trace.json"))
 BASE_NS = 1_795_000_000_000_000_000  # the job's baseTimeNanoseconds, shared by every rank
 KILL_ARMED = ".kill-armed"  # dot files are not listed by discovery
 
@@ -34,6 +40,17 @@ def moved(ev: dict, rank: int, host: str, offset: float) -> dict:
         idx = min(max(int(ev["args"]["sort_index"]), 0), SORT_STRIDE - 1)
         ev["args"] = dict(ev["args"], sort_index=rank * SORT_STRIDE + idx)
     return ev
+
+
+def dlrm_logdir(tmp_path: Path, run: str = "dlrm") -> Path:
+    """A logdir whose run `run` holds the 8 DLRM ranks (skips the test without the corpus)."""
+    if len(DLRM_RANKS) != 8:
+        pytest.skip("the corpus's DLRM ranks are not here")
+    logdir = tmp_path / "logs"
+    (logdir / run).mkdir(parents=True)
+    for p in DLRM_RANKS:
+        shutil.copy(p, logdir / run / p.name)
+    return logdir
 
 
 def write_many_hosts(run_dir: Path, hosts: int, steps: int = 6, ops: int = 4, straggler: int = 3) -> list[Path]:

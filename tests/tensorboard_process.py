@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, whatever http_proxy says
 URL_LINE = re.compile(r"TensorBoard \S+ at (http://\S+) ")
@@ -128,10 +128,12 @@ def _drain(stream: Any, sink: list[str], found: Callable[[str], None]) -> None:
         found(line)
 
 
-def start_tensorboard(logdir: Path, cache_dir: Optional[Path], *flags: str, pythonpath: Optional[str] = None,
-                      cgroup_mb: Optional[int] = None, order: Optional[str] = None) -> TensorBoard:
+def start_tensorboard(logdir: Union[Path, str], cache_dir: Optional[Path], *flags: str,
+                      pythonpath: Optional[str] = None, cgroup_mb: Optional[int] = None,
+                      order: Optional[str] = None, cwd: Optional[Path] = None) -> TensorBoard:
     """`tensorboard --logdir LOGDIR` on a free port with the plugin's cache in `cache_dir`.
 
+    `logdir`: a folder, or a URL (`s3://…`: then give `cwd`, where TensorBoard starts).
     `pythonpath`: import `tb_reduce_plugin` from another tree (a benchmark's baseline).
     `cgroup_mb`: run inside a memory cgroup of that size, where the machine allows it.
     `order`: load XProf's and tb-reduce's plugins in that order (`tensorboard_with_order.py`);
@@ -157,7 +159,8 @@ def start_tensorboard(logdir: Path, cache_dir: Optional[Path], *flags: str, pyth
     # Started outside any checkout: `python -m` puts the working directory first on sys.path,
     # which would shadow `pythonpath`.
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True, preexec_fn=preexec, cwd=str(Path(logdir).parent))
+                            env=env, start_new_session=True, preexec_fn=preexec,
+                            cwd=str(cwd or Path(logdir).parent))
     tb = TensorBoard(proc, cgroup=group)
     ready = threading.Event()
 

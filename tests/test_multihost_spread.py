@@ -14,21 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin_support import CORPUS, JAX_SMALL, TORCH_SMALL, assert_json_error, body_json, client, get, make_plugin
+from tests.multihost_support import DLRM_RANKS, dlrm_logdir
+from tests.plugin_support import JAX_SMALL, TORCH_SMALL, assert_json_error, body_json, client, get, make_plugin
 
-RANKS = sorted((CORPUS / "public" / "param").glob("*dlrm_kineto__worker*_step_12.*.pt.trace.json"))
+RANKS = DLRM_RANKS
 STEP_TRACES = Path(__file__).resolve().parent / "fixtures" / "traces"
 
 
 @pytest.fixture()
 def dlrm(tmp_path: Path):
-    if len(RANKS) != 8:
-        pytest.skip("the corpus's DLRM ranks are not here")
-    logdir = tmp_path / "logs"
-    (logdir / "dlrm").mkdir(parents=True)
-    for p in RANKS:
-        shutil.copy(p, logdir / "dlrm" / p.name)
-    c = client(make_plugin(logdir, tmp_path / "cache"))
+    c = client(make_plugin(dlrm_logdir(tmp_path), tmp_path / "cache"))
     hosts = [h["host"] for h in body_json(get(c, "runs"))[0]["hosts"]]
     return c, hosts
 

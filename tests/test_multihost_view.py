@@ -13,21 +13,15 @@ from pathlib import Path
 import pytest
 
 from tb_reduce_plugin.multihost.merge import PID_STRIDE
-from tests.multihost_support import moved
-from tests.plugin_support import CORPUS, assert_json_error, body_json, client, get, make_plugin
+from tests.multihost_support import DLRM_RANKS, dlrm_logdir, moved
+from tests.plugin_support import assert_json_error, body_json, client, get, make_plugin
 
-RANKS = sorted((CORPUS / "public" / "param").glob("*dlrm_kineto__worker*_step_12.*.pt.trace.json"))
+RANKS = DLRM_RANKS
 
 
 @pytest.fixture()
 def dlrm(tmp_path: Path):
-    if len(RANKS) != 8:
-        pytest.skip("the corpus's DLRM ranks are not here")
-    logdir = tmp_path / "logs"
-    (logdir / "dlrm").mkdir(parents=True)
-    for p in RANKS:
-        shutil.copy(p, logdir / "dlrm" / p.name)
-    plugin = make_plugin(logdir, tmp_path / "cache")
+    plugin = make_plugin(dlrm_logdir(tmp_path), tmp_path / "cache")
     c = client(plugin)
     hosts = [h["host"] for h in body_json(get(c, "runs"))[0]["hosts"]]
     return c, hosts

@@ -18,10 +18,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -46,7 +42,7 @@ from tests.plugin_support import (
     make_logdir,
     make_plugin,
 )
-from tests.tensorboard_process import START_TIMEOUT_S, URL_LINE, TensorBoard, _drain
+from tests.tensorboard_process import start_tensorboard
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tb-reduce-plugin[s3]')")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (the test extra)")
@@ -324,24 +320,8 @@ def test_a_missing_bucket_lists_nothing_and_says_why_in_one_line(store: Any, tmp
 
 def test_tensorboard_itself_started_on_an_s3_logdir_lists_and_serves_its_traces(twins, tmp_path: Path) -> None:
     local, _, url = twins
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", url, "--port", "0", "--host", "127.0.0.1",
-           "--reload_interval", "0", "--tb_reduce_cache_dir", str(tmp_path / "cache")]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True, cwd=str(tmp_path))
-    tb = TensorBoard(proc)
-    ready = threading.Event()
-
-    def found(line: str) -> None:
-        m = URL_LINE.search(line)
-        if m and not tb.url:
-            tb.url = m.group(1)
-            ready.set()
-
-    threading.Thread(target=_drain, args=(proc.stdout, tb.log, found), daemon=True).start()
+    tb = start_tensorboard(url, tmp_path / "cache", cwd=tmp_path)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready.wait(0.2):
-            assert proc.poll() is None and time.monotonic() < deadline, tb.tail()
         assert tb.json("data/plugin/tb_reduce/runs") == body_json(get(local, "runs"))
         assert tb.json("data/plugins_listing")["tb_reduce"]["enabled"] is True
         status, headers, data = tb.get("data/plugin/tb_reduce/trace", run=TORCH_RUN, host=TORCH_HOST)
