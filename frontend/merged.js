@@ -45,14 +45,25 @@ export function mergedNote(tb) {
 }
 
 /**
- * The hosts' names as a merged view's process labels draw them in a narrow gutter: without
- * the prefix they all share (a job's ranks differ late: `…worker3_step_12…`), an ellipsis
- * marking the cut; a map host → short name, empty when nothing is shared.
+ * The hosts' names as a merged view's process labels draw them in a narrow gutter: `rank N`
+ * when every host's trace names its own rank (PyTorch's `distributedInfo`, kept in the
+ * host's metadata), else without the prefix they all share (a job's ranks differ late:
+ * `…worker3_step_12…`), an ellipsis marking the cut; a map host → short name, empty when
+ * nothing is shared. Details and tooltips keep the whole name.
  */
 export function shortHostNames(tb) {
-  const names = tb && Array.isArray(tb.hosts) ? tb.hosts.map((h) => String(h.host)) : [];
+  const hosts = tb && Array.isArray(tb.hosts) ? tb.hosts : [];
+  const names = hosts.map((h) => String(h.host));
   const out = new Map();
   if (names.length < 2) return out;
+  const ranks = hosts.map((h) => {
+    const info = h.metadata && h.metadata.distributedInfo;
+    return info && Number.isInteger(info.rank) ? info.rank : null;
+  });
+  if (ranks.every((r) => r !== null) && new Set(ranks).size === ranks.length) {
+    names.forEach((h, k) => out.set(h, `rank ${ranks[k]}`));
+    return out;
+  }
   let n = names[0].length;
   for (const h of names) {
     let i = 0;

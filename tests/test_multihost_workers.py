@@ -172,3 +172,32 @@ def test_more_hosts_than_the_lane_threshold_come_as_busy_lanes_that_keep_every_h
     assert_json_error(get(c, "trace", run="big", hosts="*", level=2, expand="nope"), 400)
     assert_json_error(get(c, "trace", run="big", host="rank0001", level=2, expand="rank0001"), 400)
     plugin.service.merged.executor.close()
+
+
+def test_a_whole_run_is_one_round_of_tasks_and_a_window_asks_clocks_only_once(run_dir: Path, tmp_path: Path) -> None:
+    def recorded(plugin) -> list:
+        ex = plugin.service.merged.executor
+        asked: list = []
+        run = ex.run
+
+        def spy(fn, args, *rest, **kw):
+            asked.append((fn.__name__, len(args)))
+            return run(fn, args, *rest, **kw)
+
+        ex.run = spy
+        return asked
+
+    first = make_plugin(run_dir.parent, tmp_path / "c1", "--tb_reduce_workers=local:2")
+    asked = recorded(first)
+    tb = _stats(first)
+    assert asked == [("reduce_host_task", HOSTS)]  # each worker sent its host's clock with its reduction
+    lo, hi = tb["trace_us"]
+    assert get(client(first), "stats", run="job", hosts="*", level=3, start_us=lo, end_us=(lo + hi) / 2).status_code == 200
+    assert asked[1:] == [("reduce_host_task", HOSTS)]  # the clocks were known: no clock round
+    first.service.merged.executor.close()
+    # a server whose first view is a window asks the clocks first, then reduces
+    second = make_plugin(run_dir.parent, tmp_path / "c2", "--tb_reduce_workers=local:2")
+    asked = recorded(second)
+    assert get(client(second), "stats", run="job", hosts="*", level=3, start_us=lo, end_us=(lo + hi) / 2).status_code == 200
+    assert asked == [("host_clock_task", HOSTS), ("reduce_host_task", HOSTS)]
+    second.service.merged.executor.close()

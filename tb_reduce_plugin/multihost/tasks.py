@@ -58,22 +58,25 @@ class HostTask:
 
 
 @dataclass
-class HostResult:
-    """`meta`: the stats as JSON; `body`: the reduced trace, gzip; or `error`, one line."""
-
-    meta: bytes = b""
-    body: bytes = b""
-    error: Optional[str] = None
-    worker: str = ""
-
-
-@dataclass
 class ClockResult:
     origin_ns: Optional[int] = None
     source: str = "none"
     start_us: float = 0.0
     end_us: float = 0.0
     error: Optional[str] = None
+
+
+@dataclass
+class HostResult:
+    """`meta`: the stats as JSON; `body`: the reduced trace, gzip; or `error`, one line;
+    `clock`: the host's clock, read from the index the reduction used (so a view of the
+    whole run needs no separate round of clock tasks)."""
+
+    meta: bytes = b""
+    body: bytes = b""
+    error: Optional[str] = None
+    worker: str = ""
+    clock: Optional[ClockResult] = None
 
 
 class _WorkerState:
@@ -189,6 +192,9 @@ def reduce_host_task(task: HostTask) -> HostResult:
                     pass
         stats["input"]["file"] = os.path.basename(task.path)
         stats["worker"] = worker
+        t0, t1 = default_window(idx.table)
+        c = host_clock(idx.metadata, t0, t1)
     except (TraceError, OSError, MemoryError) as exc:
         return HostResult(error=_reason(exc, task), worker=worker)
-    return HostResult(json.dumps(stats, separators=(",", ":")).encode(), out.getvalue(), None, worker)
+    return HostResult(json.dumps(stats, separators=(",", ":")).encode(), out.getvalue(), None, worker,
+                      ClockResult(c.origin_ns, c.source, c.start_us, c.end_us))

@@ -8,9 +8,11 @@ body cached under a digest of every host's file and the view.
 
 Where the per-host work runs (`executor`): hosts already reduced are read from the
 cache; a host whose index this server holds, or a view of one host, is reduced here in
-a computation slot; the others go to the workers (`--tb_reduce_workers`), first for
-their clocks (kept here per file version: a few numbers), then for their reductions,
-whose bytes land in the disk cache. A host that cannot be read, or whose worker
+a computation slot; the others go to the workers (`--tb_reduce_workers`), whose
+reductions land in the disk cache. A view of the whole run is one round: each worker
+sends its host's clock (kept here per file version: a few numbers) with its reduction.
+A window on the merged clock needs the clocks first (each host's part of it depends on
+its offset): a round of clock tasks, then the reductions. A host that cannot be read, or whose worker
 failed twice, is reported with its reason (`tb_reduce.hosts[k].error`) while the
 others are served.
 
@@ -195,8 +197,9 @@ class MergedViews:
         with self._clocks_lock:
             for i, (_, tf) in enumerate(files):
                 clocks[i] = self._clocks.get(svc._index_key(tf))
-        remote = [i for i, c in enumerate(clocks) if c is None and self._remote(files, i)]
-        here = [i for i, c in enumerate(clocks) if c is None and i not in set(remote)]
+        wanted = [i for i, c in enumerate(clocks) if c is None and errors[i] is None]
+        remote = [i for i in wanted if self._remote(files, i)]
+        here = [i for i in wanted if i not in set(remote)]
 
         def clock_here(i: int) -> None:
             try:
@@ -251,6 +254,9 @@ class MergedViews:
             value: Optional[HostResult] = _answer(outcome, errors, i)
             if value is not None:
                 out[i] = _held(self._store(digests[i], value), digests[i])
+                c = value.clock
+                if c is not None and c.error is None:
+                    self._remember_clock(files[i][1], HostClock(c.origin_ns, c.source, c.start_us, c.end_us))
             outcome.value = None
 
         if remote:
@@ -286,8 +292,14 @@ class MergedViews:
         else:
             shares = [bucket_share(level, resolution, len(files))] * len(files)
         errors: list[Optional[str]] = [None] * len(files)
+        whole = start_us is None and end_us is None
         with ThreadPoolExecutor(max_workers=max(1, min(len(files), svc.gate.workers)),
                                 thread_name_prefix="tb-reduce-hosts") as pool:
+            if whole:
+                # The whole run: no host's reduction depends on where the hosts sit in time, so
+                # each is reduced at once and its worker sends its clock with it (one round).
+                reductions = self._reductions(files, [(None, None)] * len(files), shares, level, drop_args,
+                                              errors, pool)
             clocks = self._clocks_of(files, errors, pool)
             ok = [i for i, e in enumerate(errors) if e is None]
             alignment = align([clocks[i] for i in ok] or clocks)
@@ -296,7 +308,8 @@ class MergedViews:
                 host_offsets[i] = off
             windows = [(None if start_us is None else start_us - off, None if end_us is None else end_us - off)
                        for off in host_offsets]
-            reductions = self._reductions(files, windows, shares, level, drop_args, errors, pool)
+            if not whole:
+                reductions = self._reductions(files, windows, shares, level, drop_args, errors, pool)
         if all(e is not None for e in errors):
             raise TraceError(f"no host of the view could be read; the first: {errors[0]}")
         with svc.computing():
