@@ -62,6 +62,11 @@ def open_view(page, server, wait=True, **params):
     page.goto(server.plugin_url(f"view?{urlencode(params)}"))
     if wait:
         wait_loaded(page)
+        # The waveforms ask once the first timeline is there, and their step row then takes the
+        # timeline's top: a slice located before that moves down under the pointer.
+        page.wait_for_function("""() => { const w = window.tbReduceDashboard.waveforms;
+          return w.run !== null && w.run !== undefined && w.root.dataset.state !== 'loading'; }""")
+        page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
     return page
 
 
