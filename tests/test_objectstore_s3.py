@@ -242,13 +242,18 @@ def test_a_replaced_object_is_read_anew_and_its_old_copy_removed(store: Any, tmp
     assert copies[0].stat().st_size == len((second / TORCH_RUN / TORCH_FILE).read_bytes())
 
 
-def test_an_object_deleted_after_listing_is_a_clear_error_and_the_server_goes_on(store: Any, tmp_path: Path) -> None:
-    logdir = make_logdir(tmp_path)
+def _served(store: Any, tmp_path: Path) -> tuple[Any, Any, str]:
+    """The test logdir uploaded to a new bucket and served from there, listed once: plugin, client, bucket."""
     bucket = _bucket(store)
-    _upload(store, logdir, f"{bucket}/logs")
+    _upload(store, make_logdir(tmp_path), f"{bucket}/logs")
     plugin = make_plugin(f"s3://{bucket}/logs", tmp_path / "cache")  # type: ignore[arg-type]
     c = client(plugin)
     assert len(body_json(get(c, "runs"))) == 2
+    return plugin, c, bucket
+
+
+def test_an_object_deleted_after_listing_is_a_clear_error_and_the_server_goes_on(store: Any, tmp_path: Path) -> None:
+    plugin, c, bucket = _served(store, tmp_path)
     plugin.service.catalog.max_age_s = 3600  # the listing still names the object once it is gone
     store.rm(f"{bucket}/logs/{TORCH_RUN}/{TORCH_FILE}")
     message = assert_json_error(get(c, "trace", run=TORCH_RUN, host=TORCH_HOST), 404)
@@ -294,12 +299,7 @@ def test_a_copy_is_refused_when_the_object_changed_since_it_was_listed(store: An
 
 def test_a_store_that_cannot_be_reached_is_a_one_line_502_and_not_remembered(
         store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logdir = make_logdir(tmp_path)
-    bucket = _bucket(store)
-    _upload(store, logdir, f"{bucket}/logs")
-    plugin = make_plugin(f"s3://{bucket}/logs", tmp_path / "cache")  # type: ignore[arg-type]
-    c = client(plugin)
-    assert len(body_json(get(c, "runs"))) == 2
+    plugin, c, bucket = _served(store, tmp_path)
     plugin.service.catalog.max_age_s = 3600  # listed while the store answered
     with monkeypatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
