@@ -59,6 +59,8 @@ class LiveConfig:
     settle_s: float = 1.0  # a file unchanged this long is complete
     max_per_hour: int = 6
     cooldown_s: float = 60.0
+    max_memory_mb: Optional[float] = None  # one window's reduction promises no more (None: unbounded), as the CLI's
+    keep_anomalies: Optional[int] = 20  # anomaly runs kept, newest first (None: all)
 
 
 @dataclass
