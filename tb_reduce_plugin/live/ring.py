@@ -46,6 +46,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
+from ..errors import TraceError
+from ..sources import FileIdentity, open_regular
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -179,7 +182,7 @@ class RawRing:
     # ---- adding --------------------------------------------------------------------
 
     def add(self, path: PathLike, t0: float, t1: float, move: bool = False, meta: Optional[Mapping[str, Any]] = None,
-            *, trace_us: Optional[tuple[float, float]] = None) -> RingEntry:
+            *, trace_us: Optional[tuple[float, float]] = None, expect: Optional[FileIdentity] = None) -> RingEntry:
         """Put the window `path` (captured from `t0` to `t1`) into the ring; evict the oldest
         entries to make room first.
 
@@ -188,6 +191,11 @@ class RawRing:
         when the window alone is over the cap: then the ring and `path` are unchanged.
         A filesystem failure raises `RingError`; then nothing of the window is in the
         ring, and a moved `path` is put back where it was.
+
+        `expect`: the identity the caller's listing saw (`Ready.identity()`). The path is
+        opened without blocking and the open descriptor checked: a FIFO, or anything but
+        the listed file (swapped for a symlink out of the watched folder, replaced), is a
+        `RingError`, so nothing from outside the watched folder is ever copied in.
         """
         src = os.fspath(path)
         t0, t1 = float(t0), float(t1)
@@ -202,17 +210,12 @@ class RawRing:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"meta must be JSON (finite numbers, strings, lists, dicts): {exc}") from None
         with self._lock:
-            try:
-                fd = os.open(src, os.O_RDONLY)
-            except OSError as exc:
-                raise RingError(_message(f"cannot read the trace window {src}", exc), exc.errno, src) from None
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise RingError(f"the trace window {src} is not a regular file", errno.EINVAL, src)
-                return self._add(fd, src, st.st_size, name, t0, t1, move, meta_doc, trace_us)
-            finally:
-                os.close(fd)
+            try:  # non-blocking, and the descriptor's fstat decides: no FIFO hangs it, no swap fools it
+                f, st = open_regular(src, expect=expect)
+            except TraceError as exc:
+                raise RingError(f"cannot read the trace window {name}: {exc}", errno.EINVAL, src) from None
+            with f:
+                return self._add(f.fileno(), src, st.st_size, name, t0, t1, move, meta_doc, trace_us)
 
     def _add(self, fd: int, src: str, size: int, name: str, t0: float, t1: float, move: bool, meta: dict,
              trace_us: Optional[tuple[float, float]]) -> RingEntry:
