@@ -1,4 +1,4 @@
-"""The raw ring: bounded in bytes on disk, oldest evicted first, preserved evidence, restarts, full disks."""
+"""The raw ring: bounded in disk blocks, oldest evicted first, preserved evidence, restarts, full disks."""
 
 from __future__ import annotations
 
@@ -23,8 +23,20 @@ def _window(tmp_path: Path, name: str, size: int, seed: int = 0) -> Path:
     return p
 
 
+def _block(path: Path) -> int:
+    """The filesystem's block (what the ring rounds each file up to)."""
+    return os.statvfs(path).f_frsize
+
+
 def _on_disk(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+    """Each file's size rounded up to whole blocks: what the ring counts."""
+    b = _block(directory)
+    return sum(-(-p.stat().st_size // b) * b for p in directory.iterdir() if p.is_file())
+
+
+def _allocated(directory: Path) -> int:
+    """What the filesystem itself says the files take (st_blocks: 512-byte units)."""
+    return sum(p.stat().st_blocks * 512 for p in directory.iterdir() if p.is_file())
 
 
 def _listing(directory: Path) -> list[str]:
@@ -33,8 +45,9 @@ def _listing(directory: Path) -> list[str]:
 
 def _check(r: RawRing, directory: Path) -> None:
     """The ring's own account agrees with the disk, and both are within the cap."""
+    assert r.block_bytes == _block(directory)
     assert r.total_bytes == sum(e.disk_bytes for e in r.entries()) == _on_disk(directory)
-    assert r.total_bytes <= r.cap_bytes
+    assert r.total_bytes <= r.cap_bytes and _allocated(directory) <= r.cap_bytes
     assert not [n for n in _listing(directory) if n.startswith(TEMP_PREFIX)]
 
 
@@ -57,12 +70,24 @@ def test_cap_never_exceeded_under_a_flood(tmp_path: Path) -> None:
     assert kept > 100 and refused > 5 and r.evicted > 50
 
 
+def test_the_cap_bounds_the_blocks_on_disk_not_only_the_bytes(tmp_path: Path) -> None:
+    # Issue 24: counted in bytes, a 1 MB ring of small windows held 2,548 files taking 11 MB on disk.
+    d = tmp_path / "ring"
+    r = RawRing(d, 1 << 20, durable=False)
+    for i in range(400):  # 400 windows of 400 bytes: 160 kB of bytes, 3.2 MB of 4 kB blocks
+        r.add(_window(tmp_path, "w.json", 400, seed=i), i, i + 0.5)
+    assert _allocated(d) <= 1 << 20
+    assert len(r) == (1 << 20) // (2 * _block(d))  # each: a block of data, one of record
+    _check(r, d)
+
+
 def test_oldest_evicted_first(tmp_path: Path) -> None:
     d = tmp_path / "ring"
-    r = RawRing(d, 10_000, durable=False)
+    b = _block(tmp_path)
+    r = RawRing(d, 7 * b, durable=False)  # room for three windows of one block and their records
     entries = [r.add(_window(tmp_path, f"w{i}.json", 2_000), i, i + 1) for i in range(8)]
     names = [e.name for e in r.entries()]
-    assert names == [f"w{i}.json" for i in range(8 - len(names), 8)] and 3 <= len(names) <= 4
+    assert names == [f"w{i}.json" for i in range(5, 8)]
     for e in entries[: 8 - len(names)]:
         assert not os.path.exists(e.path) and not os.path.exists(e.record_path)
     _check(r, d)
@@ -70,12 +95,14 @@ def test_oldest_evicted_first(tmp_path: Path) -> None:
 
 def test_a_window_over_the_cap_is_refused_and_the_ring_unchanged(tmp_path: Path) -> None:
     d = tmp_path / "ring"
-    r = RawRing(d, 5_000, durable=False)
+    b = _block(tmp_path)
+    r = RawRing(d, 3 * b, durable=False)
     r.add(_window(tmp_path, "a.json", 1_000), 0, 1)
     before, listing = r.entries(), _listing(d)
-    big = _window(tmp_path, "big.json", 5_000)  # with its record it is over the cap
+    big = _window(tmp_path, "big.json", 2 * b + 1)  # three blocks: with its record's, over the cap
     e = r.add(big, 1, 2, move=True)
     assert not e.kept and e.path == "" and "over the ring's cap" in e.note and "big.json" in e.note
+    assert f"({4 * b} bytes on disk with its record)" in e.note
     assert r.entries() == before and _listing(d) == listing
     assert big.exists()  # the caller's file is left where it was
     nxt = r.add(_window(tmp_path, "b.json", 10), 2, 3)
@@ -106,7 +133,7 @@ def test_records_hold_the_capture_and_the_move_or_copy(tmp_path: Path) -> None:
 
 def test_preserve_copies_exactly_the_overlapping_windows_and_survives_eviction(tmp_path: Path) -> None:
     d = tmp_path / "ring"
-    r = RawRing(d, 20_000, durable=False)
+    r = RawRing(d, 20 * _block(tmp_path), durable=False)
     entries: list[RingEntry] = []
     for i in range(6):  # captured [10i, 10i + 8]
         entries.append(r.add(_window(tmp_path, f"w{i}.json", 2_000, seed=i), 10.0 * i, 10.0 * i + 8))
@@ -155,7 +182,8 @@ def test_preserve_copies_when_hard_links_fail(tmp_path: Path, monkeypatch: pytes
 
 def test_restart_resumes_without_duplicates_and_cleans_leftovers(tmp_path: Path) -> None:
     d = tmp_path / "ring"
-    r = RawRing(d, 50_000, durable=False)
+    b = _block(tmp_path)
+    r = RawRing(d, 16 * b, durable=False)
     first = [r.add(_window(tmp_path, f"w{i}.json", 1_000 + i, seed=i), i, i + 1, meta={"i": i}) for i in range(5)]
     # A process killed between a temp file's write and its rename, and one killed between
     # a window's rename and its record's: neither is an entry.
@@ -163,7 +191,7 @@ def test_restart_resumes_without_duplicates_and_cleans_leftovers(tmp_path: Path)
     (d / f"{TEMP_PREFIX}cafe").mkdir()
     (d / "0000000005-w5.json").write_bytes(b"x" * 700)
     (d / "notes.txt").write_text("not the ring's")  # left alone
-    again = RawRing(d, 50_000, durable=False)
+    again = RawRing(d, 16 * b, durable=False)
     assert [(e.seq, e.name, e.bytes, e.t0, e.meta) for e in again.entries()] == [
         (e.seq, e.name, e.bytes, e.t0, e.meta) for e in first]
     assert _listing(d) == sorted([os.path.basename(e.path) for e in first]
@@ -172,9 +200,9 @@ def test_restart_resumes_without_duplicates_and_cleans_leftovers(tmp_path: Path)
     assert nxt.seq == 6  # after every number seen on disk, the orphan's too
     assert [e.seq for e in again.entries()] == [0, 1, 2, 3, 4, 6]
     # A third start with a smaller cap evicts the oldest until it fits.
-    third = RawRing(d, 2_000, durable=False)
+    third = RawRing(d, 4 * b + 100, durable=False)
     assert [e.seq for e in third.entries()] == [4, 6]
-    assert third.total_bytes <= 2_000 and third.total_bytes == _on_disk(d) - len("not the ring's")
+    assert third.total_bytes == 4 * b == _on_disk(d) - b  # notes.txt takes a block too
 
 
 def test_restart_drops_damaged_records(tmp_path: Path) -> None:

@@ -20,7 +20,15 @@ On disk, in `directory` (one writer: one sidecar process owns a ring):
 - `.ring-tmp-*`: temp files of an add in progress. Nothing is ever visible under a
   final name before it is complete.
 
-The ring counts a record's bytes with its data's. A new `RawRing` on an existing
+The cap counts what the files take on disk, not their bytes: each file (data and
+record alike) counts as its size rounded up to whole blocks of the ring's filesystem
+(`os.statvfs` `f_frsize`, 4096 on ext4 and tmpfs), since that is what a file holds
+however few bytes it has. Counted in bytes, a 1 MB ring of small windows held 2,548
+files taking 11 MB on disk; counted in blocks it takes at most its cap (the folder's
+own entries aside). The rounding is known before a file is written, so the cap still
+holds at every moment.
+
+The ring counts a record's blocks with its data's. A new `RawRing` on an existing
 directory (a restarted sidecar) picks its entries up: sequence numbers continue, temp
 files of a killed process are removed, and so are data files without a record (killed
 between the two renames) and records whose data is missing or of the wrong size; then
@@ -60,6 +68,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_MAX = 120  # characters of the original name kept in the data file's name (its end: the suffix)
 _CHUNK = 1 << 20
 _VERSION = 1
+DEFAULT_BLOCK = 4096  # when the filesystem does not say what its block is
+MAX_BLOCK = 1 << 20  # a larger reported block is no allocation unit (some network filesystems report their I/O size)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -90,10 +100,12 @@ class RingEntry:
     record_bytes: int = 0  # its record's bytes (counted towards the cap too)
     kept: bool = True
     note: str = ""
+    block_bytes: int = 1  # the filesystem's block: each file takes whole blocks
 
     @property
     def disk_bytes(self) -> int:
-        return self.bytes + self.record_bytes
+        """What the data and record files take on disk: each rounded up to whole blocks."""
+        return _on_disk(self.bytes, self.block_bytes) + _on_disk(self.record_bytes, self.block_bytes)
 
     @property
     def record_path(self) -> str:
@@ -106,6 +118,22 @@ class RingEntry:
         return {"version": _VERSION, "seq": self.seq, "t0": self.t0, "t1": self.t1,
                 "trace_us": list(self.trace_us) if self.trace_us is not None else None, "name": self.name,
                 "file": os.path.basename(self.path), "bytes": self.bytes, "meta": self.meta}
+
+
+def _on_disk(size: int, block: int) -> int:
+    """`size` bytes rounded up to whole `block`s (an empty file takes none)."""
+    return -(-size // block) * block
+
+
+def _block_size(directory: str) -> int:
+    """The allocation unit of `directory`'s filesystem (`f_frsize`, else `f_bsize`); 4096 when
+    the system does not say (the common block size: an estimate that rarely undercounts)."""
+    try:
+        st = os.statvfs(directory)
+    except (OSError, AttributeError):  # AttributeError: no statvfs on this system
+        return DEFAULT_BLOCK
+    block = int(st.f_frsize or st.f_bsize or 0)
+    return block if 0 < block <= MAX_BLOCK else DEFAULT_BLOCK
 
 
 def _record_name(seq: int) -> str:
@@ -162,6 +190,7 @@ class RawRing:
         except OSError as exc:
             raise RingError(_message(f"cannot create the raw ring folder {self.directory}", exc), exc.errno,
                             self.directory) from None
+        self.block_bytes = _block_size(self.directory)  # each file counts as whole blocks of this
         self._recover()
 
     # ---- reading -------------------------------------------------------------------
@@ -173,7 +202,7 @@ class RawRing:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes on disk of the entries (data and records); never over `cap_bytes`."""
+        """Bytes on disk of the entries (data and records, each in whole blocks); never over `cap_bytes`."""
         return self._total
 
     def __len__(self) -> int:
@@ -221,11 +250,11 @@ class RawRing:
              trace_us: Optional[tuple[float, float]]) -> RingEntry:
         seq = self._next_seq
         final = os.path.join(self.directory, _data_name(seq, name))
-        entry = RingEntry(seq, t0, t1, name, size, final, trace_us, meta)
+        entry = RingEntry(seq, t0, t1, name, size, final, trace_us, meta, block_bytes=self.block_bytes)
         entry.record_bytes = len(_record_text(entry))
         if not self._make_room(entry.disk_bytes):
-            note = (f"raw window {name} ({entry.disk_bytes} bytes with its record) is over the ring's cap of "
-                    f"{self.cap_bytes} bytes; not kept")
+            note = (f"raw window {name} ({entry.disk_bytes} bytes on disk with its record) is over the ring's cap "
+                    f"of {self.cap_bytes} bytes; not kept")
             log.warning("raw ring: %s", note)
             return RingEntry(-1, t0, t1, name, size, "", trace_us, meta, entry.record_bytes, kept=False, note=note)
         self._next_seq += 1  # never reused in this process, even when the add fails
@@ -456,7 +485,8 @@ class RawRing:
             trace_us = (float(tr[0]), float(tr[1])) if isinstance(tr, list) and len(tr) == 2 else None
             meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
             return RingEntry(seq, float(doc["t0"]), float(doc["t1"]), str(doc["name"]), int(doc["bytes"]),
-                             os.path.join(self.directory, file), trace_us, meta, record_bytes=len(raw))
+                             os.path.join(self.directory, file), trace_us, meta, record_bytes=len(raw),
+                             block_bytes=self.block_bytes)
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 
