@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from conftest import write_trace
+from conftest import ROOT, write_trace
 
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.live.triggers import (
@@ -243,6 +245,54 @@ def test_b_e_pairs_are_slices_too(tmp_path: Path) -> None:
     assert [f.value for f in _fire(tmp_path, ev, "name:nccl:300ms")] == [400.0]
 
 
+# Issue 24: `name:nccl.*AllReduce:300ms` on a 3 MB trace holding three 1 MB names stalled the
+# sidecar for more than 240 s under Python's backtracking `re` (each "nccl" restarts a scan to
+# the end of the name: quadratic). In a subprocess, so that a regression fails at the bound
+# instead of hanging the suite.
+_MEGABYTE_NAMES = r"""
+import json, sys
+from tb_reduce_plugin.live.triggers import StepHistory, evaluate, parse_trigger
+from tb_reduce_plugin.pipeline import index_file
+unit = "nccl" * 262_144  # 1 MiB
+names = [unit, unit[:-1] + "x", unit + "AllReduce"]  # only the last one matches
+ev = [{"ph": "X", "name": n, "pid": 1, "tid": 2, "ts": 1000.0 * i, "dur": 400_000.0} for i, n in enumerate(names)]
+with open(sys.argv[1], "w") as f:
+    json.dump({"traceEvents": ev}, f)
+fired = evaluate([parse_trigger("name:nccl.*AllReduce:300ms")], index_file(sys.argv[1]), StepHistory())
+print(json.dumps([[f.value, f.start_us, len(f.reason)] for f in fired]))
+"""
+
+
+def test_a_name_trigger_on_three_megabyte_names_finishes_and_finds_the_one_that_matches(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", _MEGABYTE_NAMES, str(tmp_path / "w.json")], capture_output=True,
+                       text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    [(value, start_us, reason_chars)] = json.loads(r.stdout)
+    assert value == pytest.approx(400.0) and start_us == pytest.approx(2000.0)
+    assert reason_chars < 1000  # the reason shows the start of a long name, not its megabyte
+
+
+def test_a_name_trigger_matches_each_distinct_name_once_and_only_names_of_long_enough_slices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tb_reduce_plugin.query import search
+
+    ev = _named(*[("ncclAllReduce", 100.0 + 10 * i, 350.0) for i in range(50)],
+                *[(f"short{i}", 100.0 + 10 * i, 1.0) for i in range(50)], ("nccl:other", 50.0, 400.0))
+    seen: list[list] = []
+    matches = search.NameQuery.matches
+
+    def counted(self: Any, names: list, seconds: Optional[float] = None) -> Any:
+        seen.append(list(names))
+        return matches(self, names, seconds)
+
+    monkeypatch.setattr(search.NameQuery, "matches", counted)
+    fired = _fire(tmp_path, ev, "name:nccl:300ms")
+    assert len(fired) == 51
+    # The three steps (1 s each) last long enough too; the 50 short slices' names are never matched.
+    assert len(seen) == 1
+    assert sorted(seen[0]) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2", "nccl:other", "ncclAllReduce"]
+
+
 # ---- parsing -------------------------------------------------------------------------
 
 
@@ -260,6 +310,9 @@ def test_b_e_pairs_are_slices_too(tmp_path: Path) -> None:
     ("name:foo", "name:REGEX:DURATION"),
     ("name::300ms", "empty"),
     ("name:(:300ms", "not a regular expression"),
+    ("name:a{99999999999}:1ms", "not a regular expression"),  # Python's re: OverflowError, an internal error
+    ("name:(?=x)y:1ms", "RE2"),  # look-around: RE2 refuses it (it would need backtracking)
+    ("name:" + "a" * 1001 + ":1ms", "at most 1,000"),
     ("name:x:300", "not a duration"),
     ("speed:2x", "unknown kind"),
 ])
@@ -268,7 +321,9 @@ def test_bad_specs_say_which_and_why(spec: str, says: str) -> None:
         parse_trigger(spec)
     msg = str(err.value)
     assert says in msg and "\n" not in msg
-    if spec:
+    if len(spec) > 1000:  # a long spec is named by its start: the message stays one short line
+        assert repr(spec[:40]) in msg and len(msg) < 200
+    elif spec:
         assert repr(spec) in msg
     assert isinstance(err.value, TraceError)  # the CLI's one line and exit 2
 

@@ -15,14 +15,25 @@ trigger fires on it. Three kinds, each given as a spec (`--trigger`, repeatable)
   streams are measured together (a device stalls when none of its streams starts
   anything): one stream used for a single copy per step would otherwise fire on
   every step, though the device is busy.
-- `name:REGEX:T` — a slice whose name matches REGEX (`re.search`) lasted at least T.
-  The duration follows the last `:`, so REGEX may hold colons (`name:aten::mm:300ms`).
+- `name:REGEX:T` — a slice whose name matches REGEX (searched anywhere in it) lasted
+  at least T. The duration follows the last `:`, so REGEX may hold colons
+  (`name:aten::mm:300ms`). REGEX is compiled by RE2 exactly as the search route
+  compiles a query (`query.search.compile_query`: RE2 syntax, at most 1,000
+  characters, no control characters), and names are matched as the search matches
+  them (a numeric name as its JSON text). Why RE2 and not Python's `re`: `re`
+  backtracks, so `nccl.*AllReduce` on a 1 MB name of repeated "nccl" rescans the rest
+  of the name from every "nccl" (quadratic: three such names stalled the sidecar for
+  more than 240 s, deaf to SIGTERM); RE2 is linear in the name's length for every
+  pattern, and refuses at compile time what would need backtracking (backreferences,
+  look-around) or too much memory (`a{99999999999}`).
 
 Units of T: ns, us (µs), ms, s. Comparisons: a step fires strictly above K × median,
 a stall strictly longer than T, a name rule at T or longer (as the spec words them).
 
-All measurements are vectorised over slices (one pass per trigger, a regex evaluated
-once per distinct name); only the (few) firings are built in Python. A trigger
+All measurements are vectorised over slices (one pass per trigger; a name trigger
+selects the slices lasting at least T first, then evaluates its regex once per
+distinct name among them, from the table's string table, and maps the answers back
+to the slices by name id); only the (few) firings are built in Python. A trigger
 reports at most `MAX_FIRINGS` firings per window: a window firing more often than
 that is preserved anyway, and its report stays small.
 
@@ -37,13 +48,14 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import BadQuery, TraceError
 from ..model import EventTable
+from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_query, name_text
 from ..reduction import slices_of
 from ..waveforms.categories import device_tracks
 from ..waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive
@@ -55,6 +67,8 @@ DEFAULT_TRIGGERS = ("step:2x", "stall:250ms")
 DEFAULT_MAX_PER_HOUR = 6
 DEFAULT_COOLDOWN_S = 60.0
 _CHUNK_POINTS = 4_000_000  # stall: points handled per vectorised pass (bounds memory on overlapping steps)
+_REPEAT = re.compile(r"\{(\d+(?:,\d*)?)\}")  # {n}, {n,}, {n,m}: repetition counts, as RE2 writes them
+REASON_NAME_CHARS = 200  # of a slice's name in a firing's reason (a name may be megabytes long)
 
 STEP, STALL, NAME = "step", "stall", "name"
 _UNITS_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "μs": 1.0, "ms": 1e3, "s": 1e6}  # micro sign and Greek mu
@@ -146,6 +160,7 @@ class Trigger:
     factor: float = 0.0  # step: K
     threshold_us: float = 0.0  # stall, name: T
     pattern: Optional[str] = None  # name: REGEX
+    query: Optional[NameQuery] = field(default=None, compare=False, repr=False)  # name: REGEX compiled by RE2
 
     def check(self, table: EventTable, steps: StepSeries, history: StepHistory) -> list[Firing]:
         """The firings in `table` (whose steps are `steps`); `history` is read, never changed."""
@@ -182,12 +197,32 @@ def parse_trigger(spec: str) -> Trigger:
             raise TriggerError(f"trigger {spec!r}: the name trigger wants name:REGEX:DURATION, e.g. name:nccl:300ms")
         if not pattern:
             raise TriggerError(f"trigger {spec!r}: the regular expression is empty")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise TriggerError(f"trigger {spec!r}: {pattern!r} is not a regular expression ({exc})") from None
-        return Trigger(text, NAME, threshold_us=_duration_us(spec, dur), pattern=pattern)
+        return Trigger(text, NAME, threshold_us=_duration_us(spec, dur), pattern=pattern,
+                       query=_compile(spec, pattern))
     raise TriggerError(f"trigger {spec!r}: unknown kind {kind!r}; {_USAGE}")
+
+
+def _compile(spec: str, pattern: str) -> NameQuery:
+    """`pattern` compiled by RE2 as the search route compiles a regex query (see the module docstring)."""
+    if len(pattern) > MAX_QUERY_CHARS:
+        raise TriggerError(f"trigger {spec[:40]!r}…: the regular expression is {len(pattern):,} characters long; "
+                           f"at most {MAX_QUERY_CHARS:,} are taken")
+    try:
+        query = compile_query(pattern, regex=True)
+    except BadQuery as exc:
+        raise TriggerError(f"trigger {spec!r}: {exc}") from None
+    # RE2 reads a repetition count too big for an int (`a{99999999999}`) as literal text, though
+    # it refuses `a{1001}`: compiled with such counts cut to 1001, a pattern that fails meant them
+    # as a repetition (escaped or in a class, `{...}` stays literal and the probe compiles).
+    probe = _REPEAT.sub(lambda m: "{" + ",".join(n if len(n) <= 4 else "1001" for n in m.group(1).split(",")) + "}",
+                        pattern)
+    if probe != pattern:
+        try:
+            compile_query(probe, regex=True)
+        except BadQuery:
+            raise TriggerError(f"trigger {spec!r}: not a regular expression RE2 takes: a repetition count is over "
+                               f"1000 (RE2's limit)") from None
+    return query
 
 
 def _duration_us(spec: str, text: str) -> float:
@@ -333,17 +368,21 @@ def _largest_gaps(starts: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.
 
 
 def _check_name(trigger: Trigger, table: EventTable, steps: StepSeries) -> list[Firing]:
+    """Slices lasting at least T whose name matches: RE2 once per distinct name among them."""
     sl = slices_of(table)
     if not len(sl):
         return []
-    rx = re.compile(trigger.pattern or "")
-    used = np.zeros(len(table.names), dtype=bool)
-    used[sl.name] = True
+    query = trigger.query if trigger.query is not None else _compile(trigger.spec, trigger.pattern or "")
+    long_rows = np.flatnonzero(sl.dur >= trigger.threshold_us)  # NaN durations are never long enough
+    if not len(long_rows):
+        return []
+    ids = np.unique(sl.name[long_rows])
+    # Every name is matched (no deadline, unlike a search): RE2 is linear in the names' bytes,
+    # which the window's parse has read already, and a skipped name would be a missed anomaly.
+    found, _ = query.matches([table.names[k] for k in ids.tolist()], seconds=math.inf)
     match = np.zeros(len(table.names), dtype=bool)
-    ids = np.flatnonzero(used)
-    match[ids] = np.fromiter((isinstance(v, str) and rx.search(v) is not None
-                              for v in (table.names[k] for k in ids.tolist())), dtype=bool, count=len(ids))
-    rows = np.flatnonzero(match[sl.name] & (sl.dur >= trigger.threshold_us))
+    match[ids[found]] = True
+    rows = long_rows[match[sl.name[long_rows]]]
     rows = rows[np.lexsort((sl.event[rows], sl.start[rows]))][:MAX_FIRINGS]
     in_step = _step_of(steps, sl.start[rows])
     out = []
@@ -353,7 +392,7 @@ def _check_name(trigger: Trigger, table: EventTable, steps: StepSeries) -> list[
         step = None if s < 0 else float(steps.step[s])
         where = "" if step is None else f" in step {_shown(step)}"
         out.append(Firing(trigger.spec, NAME, ms, trigger.threshold_us / 1000.0, float(sl.start[r]), float(sl.end[r]), step,
-                          f"{table.names[int(sl.name[r])]!r} lasted {ms:.1f} ms on {label}{where} (matches "
+                          f"{_short_name(table.names[int(sl.name[r])])} lasted {ms:.1f} ms on {label}{where} (matches "
                           f"{trigger.pattern!r}; threshold {_ms(trigger.threshold_us)})", track=label))
     return out
 
@@ -390,6 +429,14 @@ def _device_label(table: EventTable, pid: Any, mask: np.ndarray) -> str:
     streams = int(mask.sum())
     what = f"{name} [pid {pid}]" if isinstance(name, str) and name else f"pid {pid}"
     return f"{what}, {streams} stream{'s' if streams != 1 else ''}"
+
+
+def _short_name(value: Any) -> str:
+    """A slice's name for a reason: quoted, cut at `REASON_NAME_CHARS` (a firing is one log line)."""
+    text = name_text(value)
+    if len(text) <= REASON_NAME_CHARS:
+        return repr(text)
+    return f"{text[:REASON_NAME_CHARS]!r}… ({len(text):,} characters)"
 
 
 def _shown(step: float) -> str:
