@@ -26,7 +26,10 @@ Routes, under `/data/plugin/tb_reduce/`:
 - `waveforms?run=&hosts=a,b|*` — the hosts' per-step series lined up by step number: per
   step and series the min, median and max across hosts, the straggler and each host's value
 - `tags?run=` — the run's scalar tags (its TensorBoard event files) and, per host, the
-  derived series; `scalars?run=&tag=` — a tag's points, with the damaged records skipped
+  derived series, and an `id` per tag; `scalars?run=&tag=` (or `&tag_id=`, for a tag too
+  long for a URL) — a tag's points, with the damaged records skipped: every point
+  (`points=all`, the default), or `&width=N` those a plot N pixels wide needs (per pixel
+  column the first, last, lowest and highest; `summary` counts over every point)
 - `info` — what this server does besides the tab: whether it answers the Profile tab
 - `index.js` and `static/…` — the dashboard (plain ES modules from `frontend/`)
 
@@ -82,10 +85,12 @@ from .profile_tab.answers import ProfileTabAnswers
 from .profile_tab.hook import MODES, ProfileTabHook, WsgiApp
 from .reduction import MAX_RESOLUTION, RESOLUTION
 from .service import NotFound, TraceService, default_cache_dir
+from .waveforms.scalars import is_tag_id
 
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
 MAX_PARAM_CHARS = 4096
+MAX_SCALARS_WIDTH = 65536  # pixels: more than any screen, fewer than a storm could abuse
 MIN_MB = 0.001  # the least memory or input limit taken (1 kB): 0, negative or NaN mean nothing
 DEFAULT_LEVEL = 2  # what the command line does; `auto` can pick lossless views far too big for a browser
 SERVED_BY = f"tb-reduce/{__version__}"  # the header on every Profile-tab response tb-reduce answers
@@ -394,9 +399,26 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def _scalars(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")
-        tag = _text_param(request, "tag")
-        assert run is not None and tag is not None
-        return _json(request, self.service.scalars(run, tag))
+        assert run is not None
+        # A tag by its id (from `tags`): a tag may be longer than any URL can carry.
+        tag_id = _text_param(request, "tag_id", required=False)
+        if tag_id is not None and request.args.get("tag") is not None:
+            raise RequestError(400, "give tag or tag_id, not both")
+        tag = None if tag_id is not None else _text_param(request, "tag")
+        if tag_id is not None and not is_tag_id(tag_id):
+            raise RequestError(400, f"parameter 'tag_id' must be a tag id from the tags route, not {tag_id[:40]!r}")
+        points = request.args.get("points")
+        if points is not None and points != "all":
+            raise RequestError(400, f"parameter 'points' must be 'all' (or give width=N), not {points[:40]!r}")
+        width = _count_param(request, "width")
+        if width is not None and not 1 <= width <= MAX_SCALARS_WIDTH:
+            raise RequestError(400, f"parameter 'width' must be 1 to {MAX_SCALARS_WIDTH} pixels, not {width}")
+        if width is not None and points is not None:
+            raise RequestError(400, "give points=all (every point) or width=N (what N pixels show), not both")
+        answer = self.service.scalars(run, tag, tag_id, width)
+        gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "").lower()
+        return _stream(answer.body, "application/json", [], gzip=gzip_ok,
+                       inflated_length=None if gzip_ok else answer.json_bytes)
 
     def _search(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")

@@ -34,11 +34,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
-import numpy as np
+from isal import isal_zlib
 
 from . import FORMAT_VERSION, objectstore
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
-from .cache import Body, DiskCache, IndexCache, SingleFlight, key_digest
+from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_digest
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
@@ -49,12 +49,14 @@ from .query import aggregate as query_aggregate
 from .query import search as query_search
 from .sources import FileIdentity
 from .waveforms.categories import CATEGORIES
-from .waveforms.scalars import POINT_BYTES, RunScalars
+from .waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
+from .waveforms.scalars import tag_id as scalar_tag_id
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
 MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least recently used out
+MAX_SCALAR_BODIES = 16  # encoded `scalars` answers kept (each version of a series and width), on the budget
 # What reading event files may hold besides the points: a chunk being framed and one
 # record's payload at most (a longer record is skipped as damage). Real records are
 # small (a scalar, an image of a few MB); a hostile length cannot make the reader
@@ -70,7 +72,17 @@ class _Scalars:
     scalars: RunScalars
     account: Account
     lock: threading.Lock
+    ids: Optional[dict] = None  # tag id -> tag, for the tags listed in `ids_of`
+    ids_of: Optional[list] = None
 
+
+@dataclass
+class ScalarsAnswer:
+    """A `scalars` answer: gzip JSON held in memory (charged to the budget until the last
+    response streaming it ends) and the length of the JSON it inflates to."""
+
+    body: MemoryBody
+    json_bytes: int
 
 
 @dataclass
@@ -118,6 +130,9 @@ class TraceService:
         self._derived_lock = threading.Lock()
         self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
         self._scalars_lock = threading.Lock()
+        self._scalar_bodies: OrderedDict[tuple, ScalarsAnswer] = OrderedDict()  # encoded answers, see `scalars`
+        self._scalar_bodies_lock = threading.Lock()
+        self.budget.add_reclaimer(self._drop_scalar_bodies)
         self.max_input_bytes = int(max_input_mb * MB)
         # Where objects of a logdir on an object store are copied to be read (`objectstore.local_copy`).
         self.stage_dir = os.path.join(cache_dir, "objects")
@@ -393,7 +408,7 @@ class TraceService:
         entry = self._read_scalars(run, hosts[0])
         with entry.lock:
             rs = entry.scalars
-            scalars = [{"tag": tag, "points": len(rs.series(tag)[0])} for tag in rs.tags()]
+            scalars = [{"tag": tag, "id": scalar_tag_id(tag), "points": len(rs.series(tag)[0])} for tag in rs.tags()]
             gaps, pending = [_gap(g) for g in rs.gaps], rs.pending_bytes
         every = ["step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms"]
         out_hosts = []
@@ -403,20 +418,104 @@ class TraceService:
                               "derived": known is not None})
         return {"run": run, "scalars": scalars, "hosts": out_hosts, "gaps": gaps, "pending_bytes": pending}
 
-    def scalars(self, run: str, tag: str) -> dict:
-        """A tag's points in record order (a step may repeat or go back), the gaps skipped."""
+    def scalars(self, run: str, tag: Optional[str] = None, tag_id: Optional[str] = None,
+                width: Optional[int] = None) -> ScalarsAnswer:
+        """A tag (by name, or by its id from `tags`) as gzip JSON: its points in record order
+        (a step may repeat or go back), or with `width` only those a plot that wide needs
+        (`m4_indices`), with counts over every point and the gaps skipped.
+
+        The answer is encoded once per version of the series and width, whoever asks:
+        concurrent identical requests share one computation, and later ones the kept
+        body. Encoding runs in a computation slot, its working memory and its output
+        charged to the budget as they are held (a 2 M-point tag is ~80 MB of JSON, ~30 MB
+        of gzip), and the body stays charged until the last response streaming it ends."""
         entry = self._read_scalars(run, self._hosts(run)[0])
         with entry.lock:
             rs = entry.scalars
-            if tag not in rs.tags():
-                known = rs.tags()
-                listed = ", ".join(repr(t) for t in known[:20]) + (", …" if len(known) > 20 else "")
-                raise NotFound(f"no scalar tag {tag!r} in run {run!r}" + (f"; its tags: {listed}" if known
-                                                                          else "; it has no scalars"))
-            steps, walls, values = rs.series(tag)
-            points = [list(p) for p in zip(steps.tolist(), walls.tolist(), _json_numbers(values))]
-            gaps, pending = [_gap(g) for g in rs.gaps], rs.pending_bytes
-        return {"run": run, "tag": tag, "points": points, "gaps": gaps, "pending_bytes": pending}
+            tags = rs.tags()
+            if tag_id is not None:
+                ids = entry.ids if entry.ids_of == tags else None
+                if ids is None:
+                    ids = {scalar_tag_id(t): t for t in tags}
+                    entry.ids, entry.ids_of = ids, tags
+                tag = ids.get(tag_id)
+                if tag is None:
+                    raise NotFound(f"no scalar tag with tag id {tag_id!r} in run {run!r}: list its tags again")
+            assert tag is not None
+            if tag not in tags:
+                listed = ", ".join(repr(t[:200]) for t in tags[:20]) + (", …" if len(tags) > 20 else "")
+                raise NotFound(f"no scalar tag {tag[:200]!r} in run {run!r}" + (f"; its tags: {listed}" if tags
+                                                                                else "; it has no scalars"))
+            series = rs.series(tag)
+            key = (rs.path, tag, width, rs.generation)
+            head = {"run": run, "tag": tag, "id": scalar_tag_id(tag), "gaps": [_gap(g) for g in rs.gaps],
+                    "pending_bytes": rs.pending_bytes}
+        with self._scalar_bodies_lock:
+            found = self._scalar_bodies.get(key)
+            if found is not None:
+                self._scalar_bodies.move_to_end(key)
+                return found
+
+        def compute() -> ScalarsAnswer:
+            with self._scalar_bodies_lock:
+                done = self._scalar_bodies.get(key)
+            if done is not None:
+                return done
+            with self.computing():
+                answer = self._encode_scalars(head, series, width)
+            with self._scalar_bodies_lock:
+                self._scalar_bodies[key] = answer
+                while len(self._scalar_bodies) > MAX_SCALAR_BODIES:
+                    self._scalar_bodies.popitem(last=False)
+            return answer
+
+        return self.flight.do(("scalars", key), compute)
+
+    def _encode_scalars(self, head: dict, series: tuple, width: Optional[int]) -> ScalarsAnswer:
+        steps, walls, values = series
+        summary = series_summary(steps, values)
+        keep = None if width is None else m4_indices(steps, values, width)
+        if keep is not None:
+            steps, walls, values = steps[keep], walls[keep], values[keep]
+        doc = dict(head, downsampled=keep is not None, width=width, summary=summary)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+        account = self.budget.account(f"the scalars of {head['tag'][:80]!r} in run {head['run']}")
+        try:
+            with self.budget.account(f"encoding the scalars of run {head['run']}") as work:
+                work.charge(JSON_WORK_BYTES, "encoding points as JSON")
+                gz = isal_zlib.compressobj(3, isal_zlib.DEFLATED, 31)
+                parts: list[bytes] = []
+                json_bytes = 0
+
+                def add(piece: str) -> None:
+                    nonlocal json_bytes
+                    raw = piece.encode()
+                    json_bytes += len(raw)
+                    out = gz.compress(raw)
+                    if out:
+                        account.charge(len(out), "the encoded points")  # held from here on
+                        parts.append(out)
+
+                add(text[:-1] + ',"points":')
+                for piece in json_points(steps, walls, values):
+                    add(piece)
+                add("}")
+                tail = gz.flush()
+                account.charge(len(tail), "the encoded points")
+                parts.append(tail)
+                data = b"".join(parts)  # the parts and their join, briefly: charged twice over
+                parts.clear()
+            account.settle(len(data))
+        except BaseException:
+            account.close()
+            raise
+        return ScalarsAnswer(MemoryBody(data, account), json_bytes)
+
+    def _drop_scalar_bodies(self, _n: int) -> None:
+        """A reclaimer: kept scalars bodies go when the budget needs the room (those being
+        streamed stay charged until their responses end)."""
+        with self._scalar_bodies_lock:
+            self._scalar_bodies.clear()
 
     def _hosts(self, run: str) -> list[TraceFile]:
         hosts = sorted((f for f in self.catalog.files().values() if f.run == run), key=lambda f: f.host)
@@ -553,16 +652,6 @@ def _let_go(exc: BaseException) -> None:
 
 def _gap(g: Any) -> dict:
     return {"file": g.file, "offset": g.offset, "skipped": g.skipped, "reason": g.reason}
-
-
-def _json_numbers(values: Any) -> list:
-    """Floats for strict JSON: a non-finite value as the string JavaScript's `Number()`
-    reads back (`"NaN"`, `"Infinity"`, `"-Infinity"`), so the panel can draw and count it."""
-    out = values.tolist()
-    for i in np.flatnonzero(~np.isfinite(values)).tolist():
-        v = out[i]
-        out[i] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-    return out
 
 
 def _name(tf: TraceFile) -> str:

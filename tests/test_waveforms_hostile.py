@@ -19,6 +19,7 @@ from plugin_support import TORCH_FILE, require_corpus, torch_trace_gz
 from tensorboard_process import TensorBoard, start_tensorboard
 
 from tb_reduce_plugin.waveforms.eventfile import masked_crc32c
+from tb_reduce_plugin.waveforms.scalars import tag_id
 
 ROUTE = "data/plugin/tb_reduce/"
 BUDGET_MB = 64
@@ -74,7 +75,7 @@ def server(logdir: Path, tmp_path: Path) -> Iterator[TensorBoard]:
 def test_hostile_event_files_are_skipped_as_gaps_and_the_good_one_is_read(server: TensorBoard) -> None:
     idle = server.peak_mb()
     tags = server.json(ROUTE + "tags", run=RUN)
-    assert tags["scalars"] == [{"tag": "loss", "points": GOOD_POINTS}]
+    assert tags["scalars"] == [{"tag": "loss", "id": tag_id("loss"), "points": GOOD_POINTS}]
     gaps = collections.defaultdict(int)
     for g in tags["gaps"]:
         gaps[g["file"]] += g["skipped"]

@@ -21,6 +21,8 @@ from plugin_support import (
     make_plugin,
 )
 
+from tb_reduce_plugin.waveforms.scalars import tag_id
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -117,7 +119,8 @@ def test_tags_lists_scalar_tags_and_the_derived_series_of_each_host(logdir: Path
     _write_events(logdir / "jax", [(1, 0.5), (2, 0.25)])  # the TensorBoard run above plugins/profile
     c = client(make_plugin(logdir, tmp_path / "cache"))
     doc = body_json(get(c, "tags", run=JAX_RUN))
-    assert doc["scalars"] == [{"tag": "loss", "points": 2}] and doc["gaps"] == [] and doc["pending_bytes"] == 0
+    assert doc["scalars"] == [{"tag": "loss", "id": tag_id("loss"), "points": 2}]
+    assert doc["gaps"] == [] and doc["pending_bytes"] == 0
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert set(hosts) == {JAX_HOST, JAX_JSON_HOST} and not hosts[JAX_HOST]["derived"]
     assert hosts[JAX_HOST]["series"][0] == "step_time_ms"
@@ -179,7 +182,7 @@ def test_an_event_file_linked_into_a_run_is_read_as_tensorboard_reads_it(logdir:
     linked = _write_events(outside, [(0, 42.0)], tag="linked")
     os.symlink(linked, logdir / TORCH_RUN / "events.out.tfevents.0.linked")
     c = client(make_plugin(logdir, tmp_path / "cache"))
-    assert body_json(get(c, "tags", run=TORCH_RUN))["scalars"] == [{"tag": "linked", "points": 1}]
+    assert body_json(get(c, "tags", run=TORCH_RUN))["scalars"] == [{"tag": "linked", "id": tag_id("linked"), "points": 1}]
 
 
 @pytest.mark.parametrize("params, status", [

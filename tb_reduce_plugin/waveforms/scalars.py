@@ -18,14 +18,22 @@ back-tracking and counts it. NaN and infinities are kept as they are.
 `RunScalars.poll()` reads only what was appended since the last poll (new files too);
 bad bytes become `gaps`, never exceptions. Only a path that cannot be read at all (a
 missing folder or file, a FIFO) raises `TraceError`.
+
+For the routes: `tag_id` names a tag in a URL whatever its length, `m4_indices` keeps
+what a plot of a given width can show (per pixel column the first, last, lowest and
+highest records), `series_summary` counts what the kept points alone would miscount,
+and `json_points` writes points as strict JSON (a non-finite step time or value as the
+string JavaScript's `Number()` reads back), a chunk at a time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import struct
 from array import array
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -147,6 +155,9 @@ class RunScalars:
         self._series: Dict[str, Series] = {}  # concatenations, until the next poll adds points
         self.undecodable = 0  # records with a valid checksum that are not an `Event`
         self.restarted: List[str] = []  # files read again from the start by the last poll
+        # Counts the polls that changed a series: an answer made from the series of one
+        # generation (a server's encoded response) stays right until the next.
+        self.generation = 0
 
     # -- reading ------------------------------------------------------------------------
 
@@ -192,6 +203,7 @@ class RunScalars:
         self._files = dict(sorted(self._files.items()))
         if added or self.restarted:
             self._series = {}
+            self.generation += 1
         return added
 
     def _digest(self, payloads: List[bytes], columns: Dict[str, _Columns]) -> int:
@@ -298,3 +310,110 @@ class RunScalars:
         cols = sum(c.nbytes() + 200 + len(tag) for f in self._files.values() for tag, c in f.columns.items())
         cached = sum(a.nbytes + b.nbytes + v.nbytes for a, b, v in self._series.values())
         return cols + cached + 1000 * len(self._files) + 100 * len(self._plugin)
+
+
+# ---- for the routes --------------------------------------------------------------------
+
+TAG_ID_CHARS = 16  # hex digits of a tag's id: 64 bits of SHA-256, no collision among a run's tags in practice
+JSON_CHUNK_POINTS = 1 << 16  # points encoded at a time: ~10 MB of Python objects, whatever the series' length
+# What encoding holds besides its output: one chunk's tuples and floats (~150 bytes a
+# point) and its text (~80 bytes a point).
+JSON_WORK_BYTES = JSON_CHUNK_POINTS * 256
+
+
+def tag_id(tag: str) -> str:
+    """A tag's short, stable name for URLs: a 100,000-character tag does not fit in one
+    (the server answers 414), its id always does. The same tag has the same id in every
+    run and on every listing, so the dashboard can keep its choice across runs."""
+    return hashlib.sha256(tag.encode("utf-8", "surrogatepass")).hexdigest()[:TAG_ID_CHARS]
+
+
+def is_tag_id(text: str) -> bool:
+    return len(text) == TAG_ID_CHARS and all(c in "0123456789abcdef" for c in text)
+
+
+def series_summary(steps: np.ndarray, values: np.ndarray) -> dict:
+    """What the panel's legend counts, over every point: kept points alone would count
+    fewer NaNs and reversals (a step not above the one before it) than the series has."""
+    nan = int(np.count_nonzero(np.isnan(values)))
+    pos = int(np.count_nonzero(values == np.inf))
+    neg = int(np.count_nonzero(values == -np.inf))
+    reversals = int(np.count_nonzero(steps[1:] <= steps[:-1])) if len(steps) > 1 else 0
+    return {"points": int(len(values)), "nan": nan, "pos_inf": pos, "neg_inf": neg, "reversals": reversals}
+
+
+def _firsts(idx: np.ndarray, run_of: np.ndarray) -> np.ndarray:
+    """Of sorted indices `idx`, the first one of each run (`run_of[i]` is i's run)."""
+    if not idx.size:
+        return idx
+    r = run_of[idx]
+    return idx[np.concatenate(([True], r[1:] != r[:-1]))]
+
+
+def _keep(values: np.ndarray, finite: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """Per run of records (`starts`: where each begins): its first and last record, its
+    lowest and highest finite value, and its first non-finite one; sorted, unique."""
+    brk = np.zeros(n, bool)
+    brk[starts] = True
+    run_of = np.cumsum(brk) - 1
+    ends = np.concatenate((starts[1:], [n])) - 1
+    lows = np.minimum.reduceat(np.where(finite, values, np.inf), starts)
+    highs = np.maximum.reduceat(np.where(finite, values, -np.inf), starts)
+    parts = [starts, ends,
+             _firsts(np.flatnonzero(finite & (values == lows[run_of])), run_of),
+             _firsts(np.flatnonzero(finite & (values == highs[run_of])), run_of),
+             _firsts(np.flatnonzero(~finite), run_of)]
+    return np.unique(np.concatenate(parts))
+
+
+def m4_indices(steps: np.ndarray, values: np.ndarray, width: int) -> Optional[np.ndarray]:
+    """The records of a series that a plot `width` pixels wide needs, in record order; None
+    when it needs them all (at most 4 per column: the series is short enough as it is).
+
+    The plot draws x = step in record order (a restart goes back). Consecutive records in
+    the same pixel column of the steps' range, all finite or all not, form a run; each
+    run keeps its first and last records and those with its lowest and highest values
+    (M4): every column's vertical extent and its joins to the neighbours are those of
+    the full polyline, every NaN/Inf stretch still leaves its gap. A series that goes
+    back and forth so often that this keeps more than 5 per column is cut by record
+    position instead (each of `width` equal stretches of records is a run, and also
+    keeps its first non-finite record), so at most ~5 × `width` records are ever kept.
+    """
+    n = len(values)
+    width = max(1, int(width))
+    if n <= 4 * width:
+        return None
+    finite = np.isfinite(values)
+    x = steps.astype(np.float64)
+    lo, hi = float(x.min()), float(x.max())
+    col = np.zeros(n, np.int64) if hi == lo else np.minimum(((x - lo) * width / (hi - lo)).astype(np.int64), width - 1)
+    brk = np.empty(n, bool)
+    brk[0] = True
+    brk[1:] = (col[1:] != col[:-1]) | (finite[1:] != finite[:-1])
+    keep = _keep(values, finite, np.flatnonzero(brk), n)
+    if keep.size <= 5 * width:
+        return keep
+    starts = np.unique((np.arange(width, dtype=np.int64) * n) // width)
+    return _keep(values, finite, starts, n)
+
+
+def _json_floats(values: np.ndarray) -> list:
+    out = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        v = out[i]
+        out[i] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return out
+
+
+def json_points(steps: np.ndarray, walls: np.ndarray, values: np.ndarray,
+                chunk: int = JSON_CHUNK_POINTS) -> Iterator[str]:
+    """`[[step, wall_time, value], …]` as strict JSON text, a chunk of points at a time (so
+    encoding holds one chunk's Python objects, never the series'): a non-finite wall
+    time or value is the string `"NaN"`, `"Infinity"` or `"-Infinity"`."""
+    yield "["
+    for a in range(0, len(steps), chunk):
+        b = a + chunk
+        text = json.dumps(list(zip(steps[a:b].tolist(), _json_floats(walls[a:b]), _json_floats(values[a:b]))),
+                          separators=(",", ":"), allow_nan=False)
+        yield ("," if a else "") + text[1:-1]
+    yield "]"
