@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from test_live_windows import synthetic_trace
 
+from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.live.series import OVERHEAD, STEP_TIME, WINDOW_EVENTS, WINDOW_REDUCE_S, LiveSeries
 from tb_reduce_plugin.live.windows import LiveWriteError, WindowWriter
 from tb_reduce_plugin.waveforms.scalars import RunScalars, is_event_file_name
@@ -160,6 +161,7 @@ def test_write_failure_is_one_error_and_the_file_stays_readable(tmp_path: Path) 
 KILL_SCRIPT = """
 import sys, time
 import numpy as np
+from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.live.series import LiveSeries
 from tb_reduce_plugin.waveforms.steps import StepSeries
 live = LiveSeries(sys.argv[1])
@@ -217,3 +219,95 @@ def test_sigkill_at_random_moments_leaves_readable_event_files(tmp_path: Path) -
         live.write_overhead(1, 2.0)
     assert {p: p.stat().st_size for p in files} == sizes and len(event_files(run)) == 11
     assert os.path.getsize(event_files(run)[-1]) > 0
+
+
+# ---- rotation: the series are bounded on disk (issue 24) -----------------------------
+
+
+@pytest.fixture
+def fast_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wall clock running 1000× fast (a second each real millisecond), so files may rotate
+    within a test: a file is closed for a new one only once the second in its name is past."""
+    t0, m0 = time.time(), time.monotonic()
+    monkeypatch.setattr(time, "time", lambda: t0 + 1000.0 * (time.monotonic() - m0))
+
+
+def _windows(live: LiveSeries, n: int, first: int = 0, per: int = 10) -> None:
+    """Windows `first` to `first + n - 1`, `per` steps each, flushed one by one."""
+    for w in range(first, first + n):
+        live.write_steps(steps_of(w * per, per), T0 + w)
+        live.write_window(w, T0 + w, 0.01, 1000)
+        live.flush()
+        time.sleep(0.002)  # two seconds of the fast clock
+
+
+def test_a_full_event_file_is_closed_and_the_series_go_on_in_a_new_one_that_tensorboard_reads_too(
+        tmp_path: Path, fast_clock: None) -> None:
+    run = tmp_path / "live"
+    with LiveSeries(run, max_file_bytes=4000) as live:
+        _windows(live, 30)
+        assert live.rotations >= 5
+    files = event_files(run)
+    assert len(files) == live.rotations + 1
+    # Each is closed at the first flush past the size: over it by at most one window's records.
+    one_window = max(p.stat().st_size for p in files) - 4000
+    assert all(p.stat().st_size < 4000 + 2000 for p in files) and one_window < 2000
+    rs = RunScalars(run)
+    rs.poll()
+    assert rs.gaps == [] and rs.series(STEP_TIME)[0].tolist() == list(range(300))
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars(STEP_TIME)] == list(range(300))  # TensorBoard reads on across files
+    assert [e.step for e in acc.Scalars(WINDOW_EVENTS)] == list(range(30))
+
+
+def test_only_the_newest_keep_files_stay_so_the_series_are_bounded_on_disk(tmp_path: Path, fast_clock: None) -> None:
+    run = tmp_path / "live"
+    (run / "notes.txt").parent.mkdir()
+    (run / "notes.txt").write_text("not an event file: left alone")
+    with LiveSeries(run, max_file_bytes=4000, keep_files=3) as live:
+        for k in range(6):
+            _windows(live, 5, first=5 * k)
+            assert len(event_files(run)) <= 3
+            assert sum(p.stat().st_size for p in event_files(run)) < 3 * (4000 + 2000)
+        assert live.rotations >= 6 and Path(live.event_file or "") in event_files(run)
+    assert (run / "notes.txt").exists()
+    rs = RunScalars(run)
+    rs.poll()
+    steps = rs.series(STEP_TIME)[0].tolist()
+    assert rs.gaps == [] and steps[0] > 0 and steps == list(range(steps[0], 300))  # the newest, none missing
+
+
+def test_a_full_file_waits_for_the_next_second_so_tensorboard_reads_the_files_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [float(int(T0))]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    run = tmp_path / "live"
+    with LiveSeries(run, max_file_bytes=1) as live:
+        first = live.event_file
+        _windows(live, 3)  # full at once, but a file opened now would be named in the same second
+        assert live.rotations == 0 and live.event_file == first
+        now[0] += 1.0
+        _windows(live, 1, first=3)
+        assert live.rotations == 1 and live.event_file is not None and live.event_file > (first or "")
+    assert [str(p) for p in event_files(run)] == [first, live.event_file]
+
+
+def test_a_restart_prunes_to_keep_files_and_never_its_own_file(tmp_path: Path) -> None:
+    run = tmp_path / "live"
+    for i in range(5):
+        with LiveSeries(run, keep_files=3) as live:
+            live.write_steps(steps_of(10 * i, 2), T0 + i)
+            mine = Path(live.event_file or "")
+            assert len(event_files(run)) == min(i + 1, 3) and mine in event_files(run)
+    rs = RunScalars(run)
+    rs.poll()
+    assert rs.series(STEP_TIME)[0].tolist() == [20, 21, 30, 31, 40, 41]
+
+
+@pytest.mark.parametrize("kwargs", [{"max_file_bytes": 0}, {"keep_files": 0}, {"keep_files": 1.5},
+                                    {"max_file_bytes": True}])
+def test_rotation_settings_that_are_not_whole_numbers_above_0_are_refused(tmp_path: Path, kwargs: dict) -> None:
+    with pytest.raises(TraceError, match="must be a whole number, at least 1"):
+        LiveSeries(tmp_path / "live", **kwargs)
+    assert not (tmp_path / "live").exists()

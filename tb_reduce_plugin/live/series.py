@@ -20,12 +20,34 @@ whole records plus at most one torn last record, which readers take as a record
 still being written (`RunScalars.pending_bytes`), never as damage. Each `LiveSeries`
 opens a NEW file (TensorBoard names it by time, host, pid and a counter), so a
 restart never rewrites what an earlier process wrote.
+
+Why the files rotate, and why the oldest are deleted: a sidecar runs as long as the
+training (weeks), and one event file per process would grow without limit. So once a
+file holds `max_file_bytes` (default 64 MiB, checked at each flush) it is closed and a
+new one opened: TensorBoard reads every event file of a run, in name order, as one
+series, so splitting it loses nothing (and tb-reduce's `scalars` does the same).
+Then, and whenever a `LiveSeries` opens its first file (a restart), only the newest
+`keep_files` event files of the folder (default 16) are kept, the oldest deleted: the
+series then take at most `keep_files` × `max_file_bytes` (1 GiB by default; a file
+goes past its size by at most one flush's records) whatever the uptime. What is lost
+is the oldest points only, and only for a reader that starts afresh: a running
+TensorBoard keeps the points it read from a file deleted since. Note that a sidecar
+restarted `keep_files` times in a row opens as many (small) files, and keeps the
+series of those restarts only.
+
+A file is closed for a new one only once the clock's second has moved past the one in
+its name: TensorBoard names files `events.out.tfevents.<second>.<host>.<pid>.<counter>`
+and reads a run's files in name order, taking no file that sorts before the one it
+reads; two files of one process within one second would sort by the counter as text
+(`.10` before `.9`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import stat
 import time
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -40,11 +62,16 @@ from .windows import LiveWriteError
 if TYPE_CHECKING:
     from .windows import WindowRecord
 
+log = logging.getLogger(__name__)
+
 PREFIX = "live/"
 STEP_TIME = PREFIX + "step_time_ms"
 OVERHEAD = PREFIX + "overhead_pct"
 WINDOW_REDUCE_S = PREFIX + "window_reduce_s"
 WINDOW_EVENTS = PREFIX + "window_events"
+EVENT_FILE_PREFIX = "events.out.tfevents."  # as TensorBoard's writer names its files
+DEFAULT_MAX_FILE_BYTES = 64 << 20  # an event file is closed for a new one past this
+DEFAULT_KEEP_FILES = 16  # event files kept in the folder, the newest (the oldest are deleted)
 
 
 def _value(tag: str, x: float) -> summary_pb2.Summary.Value:
@@ -60,16 +87,73 @@ class LiveSeries:
     torn record, and nothing must follow it in that file. Go on with a new
     `LiveSeries`, which opens a new file. (TensorBoard's writer thread also prints the
     failure's traceback to stderr when it stops; that is its behaviour, not an error.)
+
+    `max_file_bytes`, `keep_files`: the rotation and the bound on disk (see the module
+    docstring); `rotations` counts the files this writer closed for new ones.
     """
 
-    def __init__(self, run_dir: Union[str, os.PathLike], filename_suffix: str = "") -> None:
+    def __init__(self, run_dir: Union[str, os.PathLike], filename_suffix: str = "",
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, keep_files: int = DEFAULT_KEEP_FILES) -> None:
+        for what, n in (("max_file_bytes", max_file_bytes), ("keep_files", keep_files)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise TraceError(f"{what} must be a whole number, at least 1, not {n!r}")
         self.run_dir = os.path.abspath(os.fspath(run_dir))
+        self.filename_suffix = filename_suffix
+        self.max_file_bytes = max_file_bytes
+        self.keep_files = keep_files
+        self.rotations = 0
+        self._open()
+
+    def _open(self) -> None:
+        """A new event file (TensorBoard names it); then the folder pruned to the newest `keep_files`."""
         try:
             os.makedirs(self.run_dir, exist_ok=True)
             self._writer = EventFileWriter(self.run_dir, max_queue_size=100, flush_secs=120,
-                                           filename_suffix=filename_suffix)
+                                           filename_suffix=self.filename_suffix)
         except Exception as exc:  # OSError, or the gfile layer's own errors (TensorFlow's when installed)
             raise self._error(exc) from None
+        self.prune()
+
+    def event_files(self) -> list[str]:
+        """The folder's event files (TensorBoard's names, regular files), oldest first: by
+        modification time, then name. The open file is the newest."""
+        found = []
+        try:
+            with os.scandir(self.run_dir) as it:
+                for e in it:
+                    if not e.name.startswith(EVENT_FILE_PREFIX):
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        found.append((st.st_mtime_ns, e.name))
+        except OSError as exc:
+            raise self._error(exc) from None
+        current = self.event_file
+        paths = [os.path.join(self.run_dir, n) for _, n in sorted(found)]
+        if current in paths:  # the open file last, whatever the clock says of the others
+            paths.remove(current)
+            paths.append(current)
+        return paths
+
+    def prune(self) -> list[str]:
+        """Delete all but the newest `keep_files` event files (never the open one); the paths deleted."""
+        files = self.event_files()
+        gone = []
+        for path in files[: max(0, len(files) - self.keep_files)]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # left for the next prune; the series go on
+                log.warning("tb-reduce live: cannot delete the old event file %s: %s", path, exc.strerror or exc)
+                continue
+            log.info("tb-reduce live: deleted the old event file %s (the newest %d are kept)",
+                     os.path.basename(path), self.keep_files)
+            gone.append(path)
+        return gone
 
     @property
     def event_file(self) -> Optional[str]:
@@ -119,11 +203,29 @@ class LiveSeries:
         return n
 
     def flush(self) -> None:
-        """Block until everything added is in the file."""
+        """Block until everything added is in the file; then, if the file holds
+        `max_file_bytes` or more, close it and go on in a new one."""
         try:
             self._writer.flush()
         except Exception as exc:
             raise self._error(exc) from None
+        self._rotate_if_full()
+
+    def _rotate_if_full(self) -> None:
+        path = self.event_file
+        if path is None:
+            return
+        try:
+            size = os.path.getsize(path)
+        except OSError as exc:
+            raise self._error(exc) from None
+        if size < self.max_file_bytes or int(time.time()) <= _name_second(path):
+            return  # within its size, or a new file would not sort after it yet (see the module docstring)
+        self.close()
+        self._open()
+        self.rotations += 1
+        log.info("tb-reduce live: the event file %s reached %d bytes; the series go on in %s",
+                 os.path.basename(path), size, os.path.basename(self.event_file or ""))
 
     def close(self) -> None:
         try:
@@ -140,3 +242,10 @@ class LiveSeries:
     def _error(self, exc: Exception) -> TraceError:
         reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return LiveWriteError(f"cannot write live scalars into {self.run_dir}: {reason}")
+
+
+def _name_second(path: str) -> int:
+    """The second in an event file's name (`events.out.tfevents.<second>.…`); 0 when it has none."""
+    rest = os.path.basename(path)[len(EVENT_FILE_PREFIX):]
+    head = rest.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
