@@ -258,7 +258,8 @@ def _cmd_live(args: argparse.Namespace) -> int:
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
                                  before_s=args.before, after_s=args.after, max_per_hour=args.max_per_hour,
-                                 cooldown_s=args.cooldown))
+                                 cooldown_s=args.cooldown, max_memory_mb=args.max_memory_mb,
+                                 keep_anomalies=args.keep_anomalies))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     print(f"tb-reduce live: watching {args.watch} into {os.path.join(args.logdir, 'live')} "
@@ -325,6 +326,23 @@ def _argument(convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool
 _megabytes = _argument(float, "number", lambda v: 0 < v <= 1e300, "a number of MB above 0 and at most 1e300")
 _weight = _argument(float, "number", lambda v: 0 <= v <= 1, "a number from 0 to 1")  # smoothing: 0 (none) to 1
 _positive = _argument(int, "whole number", lambda v: v >= 1, "at least 1")
+# The raw ring: at least two disk blocks (a window and its record each take one at least: the
+# ring counts blocks), so 0.01 MB; below that no window fits, and 1e-9 MB is a cap of 0 bytes.
+RING_MIN_MB = 0.01
+_ring_megabytes = _argument(float, "number", lambda v: RING_MIN_MB <= v <= 1e300,
+                            f"a number of MB from {RING_MIN_MB:g} to 1e300")
+
+
+def _trigger_spec(text: str) -> str:
+    """`--trigger`: checked as the sidecar will parse it (`live.triggers.parse_trigger`), so a
+    bad spec is argparse's one line; the spec itself is passed on."""
+    from .live.triggers import TriggerError, parse_trigger
+
+    try:
+        parse_trigger(text)
+    except TriggerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _file_name(text: str) -> str:
@@ -337,9 +355,15 @@ def _file_name(text: str) -> str:
 def _add_limits(p: argparse.ArgumentParser) -> None:
     """The limits every command that reads a trace takes."""
     p.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
+    _add_max_memory(p)
+
+
+def _add_max_memory(p: argparse.ArgumentParser,
+                    what: str = "stop with an error rather than use more memory than this") -> None:
+    """`--max-memory-mb`, one parser and default for every command that takes it (`reduce`,
+    `waveforms`, `live`); `what` says what the command does at the limit."""
     p.add_argument("--max-memory-mb", type=_megabytes, default=default_memory_mb(),
-                   help="stop with an error rather than use more memory than this (MB; default: 3/4 of this "
-                        f"machine's memory, here {default_memory_mb():,.0f})")
+                   help=f"{what} (MB; default: 3/4 of this machine's memory, here {default_memory_mb():,.0f})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -408,14 +432,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "10s); new and finished files are looked for every second")
     v.add_argument("--level", default="auto", help="reduction level of the windows (default auto)")
     v.add_argument("--keep", type=_positive, default=50, help="reduced windows kept (default 50)")
-    v.add_argument("--ring-mb", type=_megabytes, default=2048.0, help="raw windows kept on disk, at most (MB)")
-    v.add_argument("--trigger", action="append", default=None, metavar="SPEC",
-                   help="step:2x, stall:250ms or name:REGEX:300ms (repeatable; any replaces the defaults)")
+    v.add_argument("--ring-mb", type=_ring_megabytes, default=2048.0,
+                   help=f"raw windows kept on disk, at most (MB, in whole disk blocks; at least {RING_MIN_MB:g})")
+    v.add_argument("--trigger", action="append", default=None, metavar="SPEC", type=_trigger_spec,
+                   help="step:2x, stall:250ms or name:REGEX:300ms, REGEX in RE2 syntax as the search's (repeatable; "
+                        "any replaces the defaults)")
     v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
     v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")
     v.add_argument("--max-per-hour", type=_positive, default=6,
                    help="anomaly runs kept per trigger per hour, at most (default 6)")
     v.add_argument("--cooldown", type=_seconds, default=60.0, help="least time between two of one trigger (default 60s)")
+    v.add_argument("--keep-anomalies", type=_positive, default=20, metavar="N",
+                   help="anomaly runs kept, the newest (default 20); the oldest are deleted, one log line each")
+    _add_max_memory(v, "the memory reducing one window may use, at most: a window that needs more is refused "
+                       "with a line, and the next one is read")
     v.set_defaults(func=_cmd_live)
     return parser
 

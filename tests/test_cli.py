@@ -487,3 +487,58 @@ def test_reduce_help_names_every_input_format(capsys: pytest.CaptureFixture) -> 
     out = " ".join(capsys.readouterr().out.split())
     for fmt in ("Chrome trace JSON", "*.pt.trace.json[.gz]", "*.trace.json.gz", "*.xplane.pb", "--start TIME"):
         assert fmt in out
+
+
+# ---- live: flags -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    # Issue 24: these two ended in "internal error … please report it", exit 1 (a ring cap of
+    # int(1e-9 MB) = 0 bytes, Python's re overflowing on the repetition count).
+    (["--ring-mb", "1e-9"], "argument --ring-mb: must be a number of MB from 0.01 to 1e300, not '1e-9'"),
+    (["--trigger", "name:a{99999999999}:1ms"], "a repetition count is over 1000"),
+    (["--trigger", "step:2x", "--trigger", "name:(?=x)y:1ms"], "not a regular expression RE2 takes"),
+    (["--trigger", "speed:2x"], "argument --trigger: trigger 'speed:2x': unknown kind"),
+    (["--keep-anomalies", "0"], "argument --keep-anomalies: must be at least 1, not '0'"),
+    (["--keep-anomalies", "many"], "argument --keep-anomalies: not a whole number: 'many'"),
+    (["--max-memory-mb", "0"], "argument --max-memory-mb: must be a number of MB above 0"),
+    (["--max-memory-mb", "nan"], "argument --max-memory-mb: must be a number of MB above 0"),
+])
+def test_bad_live_flags_are_one_line_and_exit_2_from_the_real_command(tmp_path: Path, args: list,
+                                                                     needle: str) -> None:
+    (tmp_path / "watch").mkdir()
+    r = run("live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch"), *args)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.splitlines()) == 1 and needle in r.stderr, r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "logdir").exists()  # refused before the sidecar made anything
+
+
+def test_live_passes_max_memory_mb_keep_anomalies_and_the_triggers_to_the_sidecar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import signal
+
+    from tb_reduce_plugin.cli import default_memory_mb
+    from tb_reduce_plugin.live import sidecar as sidecar_mod
+
+    configs = []
+
+    class Recorded(sidecar_mod.Sidecar):
+        def run(self, stop: object = None) -> None:  # the flags are what is tested: no loop
+            configs.append(self.config)
+
+    monkeypatch.setattr(sidecar_mod, "Sidecar", Recorded)
+    (tmp_path / "watch").mkdir()
+    base = ["live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch")]
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(base) == 0
+        assert main([*base, "--max-memory-mb", "512", "--keep-anomalies", "3", "--ring-mb", "0.01",
+                     "--trigger", "name:nccl.*AllReduce:300ms"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, term)  # _cmd_live installs its own
+    default, given = configs
+    assert (default.max_memory_mb, default.keep_anomalies, default.triggers) == (default_memory_mb(), 20, None)
+    assert (given.max_memory_mb, given.keep_anomalies, given.ring_mb) == (512.0, 3, 0.01)
+    assert given.triggers == ["name:nccl.*AllReduce:300ms"]
+    assert "triggers: name:nccl.*AllReduce:300ms" in capsys.readouterr().err
