@@ -15,8 +15,19 @@ folder, from any profiler) is, in order:
    `LOGDIR/live/`), flushed per window, so TensorBoard's own Scalars dashboard moves;
    with `live/overhead_pct` when the capture helper measured what capturing cost.
 
+A window is done (and not done again after a restart) only once all four are: a kill
+between them leaves it to be done again by the next sidecar (`WindowWriter.done`).
+
 Faults never stop the loop: a window that is not a trace, a full disk, an unwritable
-folder are one line each on the log, and the next window is tried.
+folder are one line each on the log, naming the file and the reason (rate-limited:
+`LOG_LINES` a minute, then one line counting the rest), and the next window is tried;
+a window the filesystem failed (a full disk) is tried again `RETRY_S` later. Every
+file a window is read from is the one the watcher listed (device and inode), opened
+without blocking, so a FIFO or a symlink swapped in hangs nothing and leaks nothing
+into the logdir. Memory: each window's reduction is bounded by `max_memory_mb` (three
+quarters of the machine's by default, as the CLI's), a window over it is refused and
+remembered as refused across restarts, and a file that killed the sidecar twice while
+being reduced is not tried a third time.
 """
 
 from __future__ import annotations
@@ -29,20 +40,56 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from ..budget import machine_memory_bytes
 from ..discovery import split_trace_name
-from ..errors import TraceError
+from ..errors import TraceError, display_name
+from ..sources import open_regular
+from .anomalies import prune_anomalies
 from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError
 from .series import LiveSeries
 from .triggers import Firing, RateLimiter, StepHistory, evaluate, parse_triggers
 from .watch import Ready, Watcher
-from .windows import LIVE_FOLDER, WindowRecord, WindowWriter, window_time
+from .windows import CRASH_LIMIT, LIVE_FOLDER, LiveWriteError, WindowRecord, WindowWriter, window_time
 
 log = logging.getLogger(__name__)
 RING_FOLDER = ".tb-reduce-ring"
 HISTORY_FILE = ".history.json"  # in LOGDIR/live/: the step history, so a restart judges steps as before
 ANOMALY_JSON = "anomaly.json"
 POLL_S = 1.0  # how often the source is asked for new windows, at most
+RETRY_S = 10.0  # a window the filesystem failed (a full disk) is tried again this much later
+LOG_LINES = 20  # lines about skipped files or failed windows a minute, at most; then one counts the rest
+PARTIAL_MAX_BYTES = 64 * 1024 * 1024  # a growing file is reduced partially only up to this (and a quarter of the budget)
+
+
+def default_memory_bytes() -> int:
+    """Three quarters of the machine's (or container's) memory, as the CLI's default."""
+    total = machine_memory_bytes()
+    return int(max(256.0 * 1024 * 1024, 0.75 * total)) if total else 8192 * 1024 * 1024
+
+
+class LineLimiter:
+    """At most `lines` log lines per `per_s`; past them one line, when the minute is over,
+    says how many were left out: a folder of 20,000 bad files must not flood the log."""
+
+    def __init__(self, lines: int = LOG_LINES, per_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.lines, self.per_s, self._clock = lines, per_s, clock
+        self._since = clock()
+        self._said = 0
+        self.dropped = 0
+
+    def warn(self, message: str, *args: object) -> None:
+        now = self._clock()
+        if now - self._since >= self.per_s:
+            if self.dropped:
+                log.warning("tb-reduce live: %d more such line(s) in the last %.0f s were left out", self.dropped,
+                            now - self._since)
+            self._since, self._said, self.dropped = now, 0, 0
+        if self._said < self.lines:
+            self._said += 1
+            log.warning(message, *args)
+        else:
+            self.dropped += 1
 
 
 @dataclass
@@ -84,33 +131,62 @@ class Sidecar:
         cfg = self.config
         self.logdir = os.path.abspath(cfg.logdir)
         self.triggers = parse_triggers(cfg.triggers)
-        self.writer = WindowWriter(self.logdir, keep=cfg.keep, level=cfg.level)
-        self.watcher = Watcher(cfg.watch, settle_s=cfg.settle_s, every_s=cfg.every_s, exclude=[self.logdir])
-        self.ring = RawRing(os.path.join(self.logdir, RING_FOLDER), int(cfg.ring_mb * 1024 * 1024))
+        if cfg.max_memory_mb is not None and not cfg.max_memory_mb > 0:
+            raise TraceError(f"max_memory_mb must be above 0, not {cfg.max_memory_mb!r}")
+        self.memory_bytes = int(cfg.max_memory_mb * 1024 * 1024) if cfg.max_memory_mb else default_memory_bytes()
+        self.writer = WindowWriter(self.logdir, keep=cfg.keep, level=cfg.level, max_memory_bytes=self.memory_bytes)
+        for key in self.writer.refused_on_resume:
+            log.warning("tb-reduce live: %s: not tried again: reducing it ended the sidecar %d times",
+                        display_name(key.path), CRASH_LIMIT)
+        self.watcher = Watcher(cfg.watch, settle_s=cfg.settle_s, every_s=cfg.every_s, exclude=[self.logdir],
+                               partial_max_bytes=min(PARTIAL_MAX_BYTES, self.memory_bytes // 4))
+        try:
+            cap = int(cfg.ring_mb * 1024 * 1024)
+            self.ring = RawRing(os.path.join(self.logdir, RING_FOLDER), cap)
+        except (ValueError, OverflowError) as exc:
+            raise TraceError(f"ring_mb: {exc}") from None
         self.limiter = RateLimiter(cfg.max_per_hour, cfg.cooldown_s)
         self.history = self._load_history()
         self.pending: list[_Pending] = []
         self.series: Optional[LiveSeries] = None
+        self.lines = LineLimiter()
+        self._retry: list[tuple[float, Ready]] = []
+        self.anomalies_pruned = 0
+        self._prune_anomalies()
 
     # ---- the loop ---------------------------------------------------------------------
     def run(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Poll the source every second (sooner windows cost nothing when none is ready) until
-        `stop()`; preserve what is pending at the end."""
+        `stop()`, asked between windows too (a backlog of thousands of files must not delay
+        a SIGTERM); preserve what is pending at the end."""
         try:
             while not stop():
                 began = time.monotonic()
-                self.step()
-                time.sleep(max(0.05, min(self.config.every_s, POLL_S) - (time.monotonic() - began)))
+                self.step(stop)
+                pause = max(0.05, min(self.config.every_s, POLL_S) - (time.monotonic() - began))
+                while pause > 0 and not stop():
+                    time.sleep(min(pause, 0.1))
+                    pause -= 0.1
         finally:
             self.finish()
 
-    def step(self) -> list[WindowRecord]:
-        """One poll: every window the source has ready, then the preservations now due."""
+    def step(self, stop: Callable[[], bool] = lambda: False) -> list[WindowRecord]:
+        """One poll: every window the source has ready (until `stop()`), then the
+        preservations now due. Windows left by a stop are not done: a restart does them."""
         done = []
+        now = time.monotonic()
+        for _, ready in [r for r in self._retry if r[0] <= now]:
+            self.watcher.retry(ready)
+        self._retry = [r for r in self._retry if r[0] > now]
         for ready in self.watcher.poll():
+            if stop():
+                break
             record = self.handle(ready)
             if record is not None:
                 done.append(record)
+        for path, reason in self.watcher.skips:
+            self.lines.warn("tb-reduce live: skipped %s: %s", self._name(path), reason)
+        self.watcher.skips.clear()
         self._preserve_due(final=False)
         return done
 
@@ -123,30 +199,56 @@ class Sidecar:
                 log.warning("tb-reduce live: %s", exc)
 
     # ---- one window -------------------------------------------------------------------
+    def _name(self, path: str) -> str:
+        """A file as the log names it: relative to the watched folder, control characters shown."""
+        try:
+            rel = os.path.relpath(path, self.watcher.path)
+        except ValueError:
+            rel = path
+        return display_name(path if rel.startswith("..") else rel)
+
     def handle(self, ready: Ready) -> Optional[WindowRecord]:
         if self.writer.seen(ready.path, ready.size, ready.mtime_ns):
             return None
         host = _host_of(ready.path)
         t1 = ready.mtime
+        name = self._name(ready.path)
         try:
-            record = self.writer.write(ready.path, t1, t1, host=host, key=ready.key)
-        except TraceError as exc:  # not a trace, or the window could not be written: say so, go on
+            record = self.writer.write(ready.path, t1, t1, host=host, key=ready.key, expect=ready.identity(),
+                                       commit=False)
+        except LiveWriteError as exc:  # the filesystem's fault (a full disk): this file is tried again later
             self.failures += 1
-            log.warning("tb-reduce live: %s", exc)
+            self._retry.append((time.monotonic() + RETRY_S, ready))
+            self.lines.warn("tb-reduce live: %s: not written, tried again in %.0f s: %s", name, RETRY_S, exc)
+            return None
+        except TraceError as exc:  # not a trace, over the budget, swapped: said once, never tried again
+            self.failures += 1
+            if ready.final:
+                self.lines.warn("tb-reduce live: skipped %s: %s", name, exc)
+            else:
+                log.debug("tb-reduce live: %s not readable yet: %s", name, exc)
             return None
         span_s = _span_s(record)
         t0 = t1 - span_s
         self.windows += 1
         if ready.final:
-            try:
-                self.ring.add(ready.path, t0, t1, meta={"window": record.name})
-            except (RingError, ValueError) as exc:
-                log.warning("tb-reduce live: the drive recorder could not keep %s: %s", os.path.basename(ready.path),
-                            exc)
+            self._keep_raw(ready, record, t0, t1)
         self._check(record, t0, t1)
         self._write_series(record, ready.path)
         record.table = None  # the window's events are no longer needed
+        self.writer.done(record)
         return record
+
+    def _keep_raw(self, ready: Ready, record: WindowRecord, t0: float, t1: float) -> None:
+        """The raw window into the ring, once per raw version (a window done again after a
+        kill finds its raw file there already)."""
+        raw = [ready.path, ready.size, ready.mtime_ns]
+        if any(e.meta.get("raw") == raw for e in self.ring.entries()):
+            return
+        try:
+            self.ring.add(ready.path, t0, t1, meta={"window": record.name, "raw": raw}, expect=ready.identity())
+        except (RingError, ValueError) as exc:
+            self.lines.warn("tb-reduce live: the drive recorder could not keep %s: %s", self._name(ready.path), exc)
 
     def _check(self, record: WindowRecord, t0: float, t1: float) -> None:
         if record.table is None:
@@ -203,6 +305,17 @@ class Sidecar:
             return
         self.anomalies.append(dest)
         log.warning("tb-reduce live: kept %d raw window(s) around %s in %s", len(files), p.firing.trigger, name)
+        self._prune_anomalies()
+
+    def _prune_anomalies(self) -> None:
+        """Only the newest `keep_anomalies` anomaly runs stay (each pruned one is a log line)."""
+        keep = self.config.keep_anomalies
+        if keep is None:
+            return
+        live = os.path.join(self.logdir, LIVE_FOLDER)
+        gone = {os.path.join(live, n) for n in prune_anomalies(live, keep)}
+        self.anomalies_pruned += len(gone)
+        self.anomalies = [a for a in self.anomalies if a not in gone]
 
     # ---- resuming ---------------------------------------------------------------------
     def _history_path(self) -> str:
@@ -233,10 +346,11 @@ def _overhead_pct(raw_path: str) -> Optional[float]:
     """`overhead_pct` from the `<window>.overhead.json` a capture helper wrote beside the window."""
     split = split_trace_name(os.path.basename(raw_path))
     stem = os.path.join(os.path.dirname(raw_path), split[0]) if split else raw_path
-    try:
-        with open(stem + OVERHEAD_SUFFIX, encoding="utf-8") as f:
-            pct = json.load(f).get("overhead_pct")
-    except (OSError, ValueError, AttributeError):
+    try:  # non-blocking and regular only: a FIFO named like it hangs nothing
+        f, _ = open_regular(stem + OVERHEAD_SUFFIX, max_file_bytes=1 << 16)
+        with f:
+            pct = json.loads(f.read(1 << 16)).get("overhead_pct")
+    except (OSError, TraceError, ValueError, AttributeError):
         return None
     return float(pct) if isinstance(pct, (int, float)) and math.isfinite(pct) else None
 

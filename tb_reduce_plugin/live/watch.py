@@ -18,7 +18,9 @@ is judged by its size and mtime, polled:
   last complete event; a file too short to hold one yet raises `TraceError`, which a
   consumer takes as "nothing yet" (it is handed out again as it grows). A gzip
   stream or an XSpace protobuf cannot be read before its end, so it is handed out
-  only final.
+  only final. Nor is a file past `partial_max_bytes`: each partial hand-out is read
+  whole again, so a big file still growing is left until it settles (read once,
+  within the memory budget) rather than parsed again and again as it grows.
 
 Each `Ready` is one version (path, size, mtime); `poll()` returns them oldest mtime
 first. What is walked is what the plugin's discovery would list: the same trace
@@ -26,6 +28,9 @@ suffixes (`.json(.gz)` only if its content looks like a trace), no names startin
 with '.', directories never followed through symlinks, a file symlink only if it
 resolves inside the watched folder, only regular files (a FIFO or device is
 skipped without being opened; `open_regular` opens what is read), a bounded walk.
+What is left out is said: `skips` holds (path, reason) for each trace-named file
+skipped (a FIFO, a symlink out of the watched folder) and each folder not walked to
+its end, once while it lasts, for the sidecar to log.
 """
 
 from __future__ import annotations
@@ -91,13 +96,16 @@ class Watcher:
 
     def __init__(self, path: Union[str, os.PathLike], settle_s: float = 1.0, every_s: float = 5.0,
                  exclude: Sequence[Union[str, os.PathLike]] = (), partial: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, partial_max_bytes: Optional[int] = None) -> None:
         if not settle_s >= 0 or not every_s >= 0:
             raise TraceError(f"settle_s and every_s must be >= 0 seconds, not {settle_s!r}, {every_s!r}")
         self.path = os.path.abspath(os.fspath(path))
         self.settle_s = float(settle_s)
         self.every_s = float(every_s)
         self.partial = partial
+        self.partial_max_bytes = partial_max_bytes  # None: no bound
+        self.skips: list[tuple[str, str]] = []  # new since the caller last emptied it
+        self._skipped: set[tuple[str, str]] = set()  # reported, and still so
         self._clock = clock
         self._exclude = {os.path.realpath(os.fspath(p)) for p in exclude}
         self._files: dict[str, _State] = {}
@@ -131,12 +139,28 @@ class Watcher:
                     ready.append(Ready(path, size, st.st_mtime_ns, True, st.st_dev, st.st_ino))
                 continue
             if (self.partial and size > s.handed_size and s.fmt != "xspace"
+                    and (self.partial_max_bytes is None or size <= self.partial_max_bytes)
                     and (s.partial_at is None or now - s.partial_at >= self.every_s)
                     and not self._is_gzip(path, s, st) and self._is_trace(path, s, st)):
                 s.partial_at, s.handed_size = now, size
                 ready.append(Ready(path, size, st.st_mtime_ns, False, st.st_dev, st.st_ino))
         ready.sort(key=lambda r: (r.mtime_ns, r.path))
         return ready
+
+    def retry(self, ready: Ready) -> None:
+        """Hand this version out again at a later poll (its window failed for a reason of
+        the filesystem's, a full disk, not of the file's)."""
+        s = self._files.get(ready.path)
+        if s is not None and s.handed_final == (ready.dev, ready.ino, ready.size, ready.mtime_ns):
+            s.handed_final = None
+        elif s is not None and not ready.final:
+            s.handed_size = 0
+
+    def _skip(self, now: set[tuple[str, str]], path: str, reason: str) -> None:
+        key = (path, reason)
+        now.add(key)
+        if key not in self._skipped:
+            self.skips.append(key)
 
     def _is_gzip(self, path: str, s: _State, st: os.stat_result) -> bool:
         """Whether the file is a gzip stream (by its magic number, as readers decide)."""
@@ -174,6 +198,7 @@ class Watcher:
                 found[self.path] = (root_st, split[1])
             return found
         walk = TreeWalk(self.path, exclude=self._exclude)
+        skipped: set[tuple[str, str]] = set()
         for _, entry in walk:
             try:
                 split = split_trace_name(entry.name)
@@ -182,11 +207,17 @@ class Watcher:
                 if entry.is_symlink():
                     real = os.path.realpath(entry.path)
                     if not real.startswith(root + os.sep):
-                        continue  # a symlink out of the watched folder
+                        self._skip(skipped, entry.path, "a symlink out of the watched folder: not read")
+                        continue
                 st = entry.stat()  # through an inside symlink
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):  # not a FIFO, device or socket: never opened
                 found[entry.path] = (st, split[1])
+            else:
+                self._skip(skipped, entry.path, "not a regular file (a FIFO, device or socket): not read")
+        for folder, reason in walk.skipped:
+            self._skip(skipped, folder, reason)
+        self._skipped = skipped
         self.truncated = walk.truncated
         return found

@@ -21,6 +21,19 @@ key (path, size, mtime) in each `window.json` and in an append-only ledger
 `live/.seen.jsonl` (which outlives pruned windows), so `seen()` tells a restarted
 sidecar which raw windows it already wrote. One writer per logdir.
 
+A window is done only when every output of it is: a caller that makes more of a
+window than its folder (the sidecar: raw ring, triggers, scalars) writes with
+`commit=False` and calls `done(record)` at the end. The ledger says so in a line's
+`state`: `started` before the reduction begins, `done` at the end (a line without a
+state, as older writers wrote them, is done), `refused` for a raw file that cannot
+be a window (not a trace, over the memory budget): it is not tried again after a
+restart either; `failed` for a window the filesystem failed (a full disk): tried
+again. A key started but never done is a window a kill interrupted: a restart does
+it again (its folder, if it appeared, is replaced by the new one), but a key started
+`CRASH_LIMIT` times without an end is taken as one that kills its reader (a crash
+loop: an OOM kill, a fault) and refused. The ledger is compacted
+while it is written, so it stays bounded however long the sidecar runs.
+
 Filesystem failures (a full disk, a logdir that cannot be written) raise one
 `LiveWriteError` naming the folder, after removing what was partly written.
 """
@@ -41,6 +54,7 @@ from typing import Any, NamedTuple, Optional, Union
 from ..budget import MemoryBudget, Unlimited
 from ..errors import TraceError
 from ..pipeline import derive_index, index_file, parse_level, reduce_index
+from ..sources import FileIdentity
 from ..waveforms.steps import StepSeries
 
 Level = Union[int, str]
@@ -58,6 +72,8 @@ SEQ_PREFIX = re.compile(r"^\d{8}T\d{6}\.\d{3}Z-(\d{6,})(?:$|-)")
 TEMP_PREFIXES = (".window-", ".pruned-")
 # The ledger keeps the newest keys; compacted when it holds more than twice this many.
 LEDGER_KEEP = 50_000
+CRASH_LIMIT = 2  # starts without an end after which a raw file is refused (it killed the process each time)
+DONE, STARTED, REFUSED, FAILED = "done", "started", "refused", "failed"
 
 
 class LiveWriteError(TraceError):
@@ -164,7 +180,11 @@ class WindowWriter:
         self.level = parse_level(level)
         self.max_memory_bytes = max_memory_bytes
         self._seen: set[RawKey] = set()
+        # Keys a kill interrupted (started, never done), with their folder if it appeared.
+        self.incomplete: dict[RawKey, Optional[str]] = {}
+        self.refused_on_resume: list[RawKey] = []  # keys refused now: started CRASH_LIMIT times, never ended
         self._seq = 0
+        self._ledger_lines = 0
         try:
             os.makedirs(self.live_dir, exist_ok=True)
             probe = os.path.join(self.live_dir, f".window-{os.getpid()}-probe")
@@ -177,7 +197,9 @@ class WindowWriter:
     # -- resuming -----------------------------------------------------------------------
 
     def _resume(self) -> None:
-        """Remove dead writers' temp folders; continue numbering; remember written raw files."""
+        """Remove dead writers' temp folders; continue numbering; remember written raw files
+        (and those a kill interrupted, to be done again)."""
+        folders: dict[RawKey, str] = {}
         for name in self._names():
             owner = _temp_owner(name)
             if owner is not None and not _pid_alive(owner):
@@ -190,8 +212,20 @@ class WindowWriter:
             if WINDOW_NAME.match(name):
                 key = self._key_in(os.path.join(self.live_dir, name, WINDOW_JSON))
                 if key is not None:
-                    self._seen.add(key)
-        self._load_ledger()
+                    folders[key] = os.path.join(self.live_dir, name)
+        states = self._load_ledger()
+        for key in folders:
+            if key not in states:  # a folder the ledger does not know (an older writer, a lost ledger): done
+                self._seen.add(key)
+        for key, (state, starts) in states.items():
+            if state in (DONE, REFUSED):
+                self._seen.add(key)
+            elif starts >= CRASH_LIMIT:
+                self._seen.add(key)
+                self.refused_on_resume.append(key)
+                self._append_ledger(0, key, REFUSED)
+            else:
+                self.incomplete[key] = folders.get(key)
 
     def _names(self) -> list[str]:
         try:
@@ -208,34 +242,55 @@ class WindowWriter:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _load_ledger(self) -> None:
-        path = os.path.join(self.live_dir, LEDGER)
+    def _ledger_path(self) -> str:
+        return os.path.join(self.live_dir, LEDGER)
+
+    def _read_ledger(self) -> tuple[dict[RawKey, tuple[str, int, int]], int]:
+        """key -> (last state, starts since its last end, highest seq), in the order last
+        written, and the number of lines read."""
         try:
-            with open(path, "rb") as f:
+            with open(self._ledger_path(), "rb") as f:
                 lines = f.read().splitlines()
         except FileNotFoundError:
-            return
+            return {}, 0
         except OSError as exc:
             raise self._error(exc) from None
-        keys: list[tuple[int, RawKey]] = []
+        states: dict[RawKey, tuple[str, int, int]] = {}
         for line in lines:
             try:  # a line cut by a kill, or damage: skipped, the rest is good
                 d = json.loads(line)
-                keys.append((int(d["seq"]), RawKey(str(d["path"]), int(d["size"]), int(d["mtime_ns"]))))
-            except (ValueError, KeyError, TypeError):
+                key = RawKey(str(d["path"]), int(d["size"]), int(d["mtime_ns"]))
+                seq, state = int(d["seq"]), str(d.get("state", DONE))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-        self._seen.update(key for _, key in keys[-LEDGER_KEEP:])
-        if keys:
-            self._seq = max(self._seq, max(seq for seq, _ in keys))
-        if len(lines) > 2 * LEDGER_KEEP:
-            self._compact_ledger(path, keys[-LEDGER_KEEP:])
+            _, starts, top = states.pop(key, (DONE, 0, 0))
+            starts = starts + 1 if state == STARTED else 0
+            states[key] = (state, starts, max(top, seq))  # re-inserted: the dict keeps the order last written
+        return states, len(lines)
 
-    def _compact_ledger(self, path: str, keys: list[tuple[int, RawKey]]) -> None:
+    def _load_ledger(self) -> dict[RawKey, tuple[str, int]]:
+        states, lines = self._read_ledger()
+        self._ledger_lines = lines
+        if states:
+            self._seq = max(self._seq, max(top for _, _, top in states.values()))
+        kept = dict(list(states.items())[-LEDGER_KEEP:])
+        if lines > 2 * LEDGER_KEEP:
+            self._compact_ledger(kept)
+        return {key: (state, starts) for key, (state, starts, _) in kept.items()}
+
+    def _compact_ledger(self, states: dict[RawKey, tuple[str, int, int]]) -> None:
+        """Rewrite the ledger with one line per key (its last state; a start count kept as
+        that many `started` lines) for the newest `LEDGER_KEEP` keys."""
         tmp = os.path.join(self.live_dir, f".window-{os.getpid()}-ledger")
+        lines = []
+        for key, (state, starts, seq) in list(states.items())[-LEDGER_KEEP:]:
+            lines.extend([_ledger_line(seq, key, STARTED)] * starts if state == STARTED else
+                         [_ledger_line(seq, key, state)])
         try:
             with open(tmp, "wb") as f:
-                f.write(b"".join(_ledger_line(seq, key) for seq, key in keys))
-            os.replace(tmp, path)
+                f.write(b"".join(lines))
+            os.replace(tmp, self._ledger_path())
+            self._ledger_lines = len(lines)
         except OSError:  # the old ledger still holds every key: compaction can wait
             try:
                 os.unlink(tmp)
@@ -250,7 +305,8 @@ class WindowWriter:
         return RawKey(os.path.abspath(os.fspath(raw_path)), int(size), int(mtime_ns)) in self._seen
 
     def write(self, raw_path: Union[str, os.PathLike], captured_t0: float, captured_t1: float,
-              host: str = "window", key: Optional[RawKey] = None) -> WindowRecord:
+              host: str = "window", key: Optional[RawKey] = None, *, expect: Optional[FileIdentity] = None,
+              commit: bool = True) -> WindowRecord:
         """Reduce `raw_path` into a new window run and prune old windows.
 
         `captured_t0`/`captured_t1`: the capture interval, epoch seconds (the folder is
@@ -258,6 +314,11 @@ class WindowWriter:
         for, as `seen()` will be asked about it (a watcher's listing); by default the
         version read. Raises `TraceError` for a raw file that is not a trace, and
         `LiveWriteError` when the window cannot be written; either way no folder appears.
+
+        `expect`: the identity the caller's listing saw: a raw file swapped since (for a
+        symlink out of the watched folder, a FIFO) is refused (`FileChanged`), never read.
+        `commit`: whether the window is done once its folder is; a caller with more
+        outputs to make passes False and calls `done(record)` when they are made.
         """
         raw_path = os.path.abspath(os.fspath(raw_path))
         if not (math.isfinite(captured_t0) and math.isfinite(captured_t1)):
@@ -266,6 +327,8 @@ class WindowWriter:
             raise TraceError(f"host must be a plain file name, not {host!r}")
         self._seq += 1
         seq = self._seq
+        if key is not None:  # the attempt is on record before it can kill the process
+            self._append_ledger(seq, key, STARTED)
         name = f"{window_time(captured_t0)}-{seq:0{SEQ_DIGITS}d}"
         final = os.path.join(self.live_dir, name)
         tmp = os.path.join(self.live_dir, f".window-{os.getpid()}-{seq}")
@@ -273,7 +336,7 @@ class WindowWriter:
         try:
             os.mkdir(tmp)
             trace_path = os.path.join(tmp, host + TRACE_SUFFIX)
-            stats, steps, identity, table = self._reduce(raw_path, trace_path)
+            stats, steps, identity, table = self._reduce(raw_path, trace_path, expect)
             reduce_s = time.perf_counter() - began
             if key is None:
                 key = RawKey(raw_path, identity.size, identity.mtime_ns)
@@ -290,20 +353,43 @@ class WindowWriter:
             os.rename(tmp, final)
         except OSError as exc:
             _remove(tmp)
+            if key is not None:  # the filesystem's fault, not the file's: a later try may succeed
+                self._append_ledger(seq, key, FAILED)
             raise self._error(exc) from None
+        except TraceError:
+            _remove(tmp)
+            if key is not None:  # not a trace, over the budget, swapped since listed: never tried again
+                self.refuse(key)
+            raise
         except BaseException:
             _remove(tmp)
             raise
-        self._seen.add(key)
-        self._append_ledger(seq, key)
+        replaced = self.incomplete.pop(key, None)
+        if replaced and os.path.isdir(replaced):  # the folder an interrupted run of this window left
+            self._remove_window(replaced, f"redone-{seq}")
+        if commit:
+            self.done(record)
         self.prune()
         return record
 
-    def _reduce(self, raw_path: str, trace_path: str) -> tuple[dict[str, Any], StepSeries, Any, Any]:
+    def done(self, record: WindowRecord) -> None:
+        """The window's every output is made: a restart will not do it again."""
+        self._seen.add(record.raw)
+        self._append_ledger(record.sequence, record.raw, DONE)
+
+    def refuse(self, key: RawKey) -> None:
+        """This raw file cannot be a window (not a trace, over the memory budget): never
+        try it again, after a restart either."""
+        self._seen.add(key)
+        self.incomplete.pop(key, None)
+        self._append_ledger(self._seq, key, REFUSED)
+
+    def _reduce(self, raw_path: str, trace_path: str,
+                expect: Optional[FileIdentity] = None) -> tuple[dict[str, Any], StepSeries, Any, Any]:
         """Index once; reduce and derive the steps from the same index."""
         budget = MemoryBudget(self.max_memory_bytes, flag="--max-memory-mb") if self.max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(raw_path)}")
-        index = index_file(raw_path, account=reading)
+        index = index_file(raw_path, account=reading, expect=expect)
         index.account = reading
         with open(trace_path, "wb") as out, budget.account(f"reducing {os.path.basename(raw_path)}") as reducing:
             stats = reduce_index(index, out, self.level, gzip=True, account=reducing)
@@ -311,17 +397,25 @@ class WindowWriter:
             steps = derive_index(index, deriving)
         return stats, steps, index.identity, index.table
 
-    def _append_ledger(self, seq: int, key: RawKey) -> None:
-        """One whole line per window, appended; a failure here loses nothing the window's
-        own `window.json` does not hold, so it is not an error."""
+    def _append_ledger(self, seq: int, key: RawKey, state: str = DONE) -> None:
+        """One whole line per change of a window's state, appended (compacted past twice
+        `LEDGER_KEEP` lines); a failure here loses nothing the window's own `window.json`
+        does not hold, so it is not an error."""
         try:
-            fd = os.open(os.path.join(self.live_dir, LEDGER), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            fd = os.open(self._ledger_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
-                os.write(fd, _ledger_line(seq, key))
+                os.write(fd, _ledger_line(seq, key, state))
             finally:
                 os.close(fd)
         except OSError:
-            pass
+            return
+        self._ledger_lines += 1
+        if self._ledger_lines > 2 * LEDGER_KEEP:
+            try:
+                states, _ = self._read_ledger()
+            except LiveWriteError:
+                return
+            self._compact_ledger(states)
 
     # -- pruning ------------------------------------------------------------------------
 
@@ -338,13 +432,17 @@ class WindowWriter:
         names = self.windows()
         gone = names[: max(0, len(names) - self.keep)]
         for i, name in enumerate(gone):
-            doomed = os.path.join(self.live_dir, f".pruned-{os.getpid()}-{self._seq}-{i}")
-            try:
-                os.rename(os.path.join(self.live_dir, name), doomed)
-            except OSError:
-                continue
-            _remove(doomed)
+            self._remove_window(os.path.join(self.live_dir, name), f"{self._seq}-{i}")
         return gone
+
+    def _remove_window(self, folder: str, tag: str) -> None:
+        """Out of the listing by one rename, then deleted; a failure is left for later."""
+        doomed = os.path.join(self.live_dir, f".pruned-{os.getpid()}-{tag}")
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            return
+        _remove(doomed)
 
     def _error(self, exc: OSError) -> LiveWriteError:
         reason = exc.strerror or str(exc)
@@ -353,8 +451,9 @@ class WindowWriter:
         return LiveWriteError(f"cannot write live windows into {self.live_dir}: {reason}")
 
 
-def _ledger_line(seq: int, key: RawKey) -> bytes:
-    return (json.dumps({"seq": seq, "path": key.path, "size": key.size, "mtime_ns": key.mtime_ns}) + "\n").encode()
+def _ledger_line(seq: int, key: RawKey, state: str = DONE) -> bytes:
+    return (json.dumps({"seq": seq, "path": key.path, "size": key.size, "mtime_ns": key.mtime_ns, "state": state})
+            + "\n").encode()
 
 
 def _window_json(record: WindowRecord, file_bytes: int) -> dict[str, Any]:
