@@ -205,7 +205,7 @@ class Sidecar:
             rel = os.path.relpath(path, self.watcher.path)
         except ValueError:
             rel = path
-        return display_name(path if rel.startswith("..") else rel)
+        return display_name(path if rel == "." or rel.startswith("..") else rel)
 
     def handle(self, ready: Ready) -> Optional[WindowRecord]:
         if self.writer.seen(ready.path, ready.size, ready.mtime_ns):
