@@ -138,9 +138,17 @@ export function fetchTags(run, signal) {
   return getJson('tags', {run}, signal);
 }
 
-/** `scalars?run=&tag=`: [[step, wall_time, value], …] in record order; non-finite values arrive as strings. */
-export function fetchScalars(run, tag, signal) {
-  return getJson('scalars', {run, tag}, signal);
+/**
+ * `scalars?run=&tag_id=&width=`: [[step, wall_time, value], …] in record order (non-finite
+ * numbers arrive as strings). By the tag's id from `tags` when it has one (a tag can be
+ * longer than a URL may be), else by its name; with `width` (pixels) only the points a
+ * plot that wide needs (per pixel column the first, last, lowest and highest), with
+ * `summary` counting every point.
+ */
+export function fetchScalars(run, tag, {id, width, signal} = {}) {
+  const params = id ? {run, tag_id: id} : {run, tag};
+  if (width) params.width = String(width);
+  return getJson('scalars', params, signal);
 }
 
 /** `waveforms?run=&host=`: per step of the trace, its window, step time and busy time per category. */

@@ -1,7 +1,7 @@
 // The dashboard: pickers, level control, stats, timeline, details, sharing.
 // Wires the other modules together; owns when to fetch (see policy.js).
 import {BASE, fetchEvent, fetchRunsIfChanged, getJson, routeUrl} from './api.js';
-import {el, ensureStylesheet, setChildren} from './dom.js';
+import {el, ensureStylesheet, isolated, setChildren, setText, visible} from './dom.js';
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
 import {TraceLoader} from './loader.js';
 import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
@@ -201,7 +201,7 @@ class Dashboard {
   }
 
   setStatus(text, kind = '') {
-    this.status.textContent = text;
+    setText(this.status, text); // names in it show their bidi controls, reverse nothing
     this.status.className = `tbr-status ${kind}`;
     this.status.setAttribute('role', kind === 'tbr-error' ? 'alert' : 'status');
   }
@@ -331,8 +331,8 @@ class Dashboard {
   fillRuns() {
     const keep = this.runSelect.value;
     setChildren(this.runSelect, this.runs.map((r) => (isAnomalyRun(r.run)
-      ? el('option', {value: r.run, class: 'tbr-anomaly', title: 'raw traces kept around an anomaly'}, `⚠ ${r.run}`)
-      : el('option', {value: r.run}, r.run))));
+      ? el('option', {value: r.run, class: 'tbr-anomaly', title: 'raw traces kept around an anomaly'}, `⚠ ${isolated(r.run)}`)
+      : el('option', {value: r.run}, isolated(r.run)))));
     if (keep && this.runs.some((r) => r.run === keep)) this.runSelect.value = keep;
     this.runSelect.classList.toggle('tbr-anomaly', isAnomalyRun(keep));
     this.liveLabel.hidden = !hasLiveRuns(this.runs);
@@ -357,7 +357,7 @@ class Dashboard {
   }
 
   setLiveNote(text, error = false) {
-    this.liveNote.textContent = text ? ` · ${text}` : '';
+    this.liveNote.textContent = text ? ` · ${visible(text)}` : '';
     this.liveNote.classList.toggle('tbr-error', error);
   }
 
@@ -391,7 +391,7 @@ class Dashboard {
   fillHosts(runInfo) {
     // JAX's capped export says so, and comes after the XSpace it was made from (the server's order).
     setChildren(this.hostSelect, runInfo.hosts.map((h) => el('option', {value: h.host, title: h.capped ? h.capped.note : ''},
-      `${h.host} (${h.format}, ${formatBytes(h.bytes)}${h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events` : ''})`)));
+      `${isolated(h.host)} (${h.format}, ${formatBytes(h.bytes)}${h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events` : ''})`)));
     this.hostPicker.setHosts(runInfo.hosts, [this.sel.host]);
   }
 

@@ -16,7 +16,7 @@
 // Times: the view is in absolute µs (as the server's routes take them); a
 // model's arrays are relative to model.origin, so float precision holds even
 // for epoch-µs traces (5e12 µs).
-import {el} from './dom.js';
+import {el, showControls} from './dom.js';
 import {formatDuration, formatTick, niceStep} from './format.js';
 import {FLAG_SUMMARY, inputIndexOf, lowerBound} from './model.js';
 import {BOLD_FONT, COLORS, FONT, PROC_H, ROW_H, RULER_H, SLICE_H, fitText} from './tracks/common.js';
@@ -775,11 +775,11 @@ export class Timeline {
       ctx.fillStyle = COLORS.text;
       const maxChars = Math.floor((G - indent - 6) / this.charW);
       const ty = item.kind === 'proc' ? y + item.h / 2 : y + Math.min(item.h, ROW_H) / 2 + 1;
-      ctx.fillText(fitText(text, maxChars), indent, ty);
+      ctx.fillText(fitText(showControls(text), maxChars), indent, ty); // a name's bidi controls shown, not obeyed
       const note = item.owner && item.h >= 2 * ROW_H ? item.owner.note(this, m, item.index) : '';
       if (note) {
         ctx.fillStyle = COLORS.mutedText;
-        ctx.fillText(fitText(note, maxChars), indent, ty + ROW_H - 2);
+        ctx.fillText(fitText(showControls(note), maxChars), indent, ty + ROW_H - 2);
       }
       if (item.kind !== 'proc') {
         ctx.fillStyle = COLORS.gutterLine;

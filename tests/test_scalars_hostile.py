@@ -158,8 +158,9 @@ def test_concurrent_identical_requests_encode_the_series_once_and_share_it(logdi
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    import tb_reduce_plugin.service as service
     from plugin_support import body_json, client, get, make_plugin
+
+    import tb_reduce_plugin.service as service
 
     calls = []
     real = service.json_points

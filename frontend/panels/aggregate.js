@@ -4,7 +4,7 @@
 // the timeline shows. A sortable table: click a column to sort, a row to search its
 // name, the ↦ beside a maximum to go to that slice.
 import {fetchAggregate} from '../api.js';
-import {el, setChildren} from '../dom.js';
+import {bdi, el, isolated, setChildren} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {roundUs} from '../state.js';
 
@@ -150,7 +150,7 @@ export class AggregatePanel {
           e.stopPropagation();
           this.onGoto({i: r.max_i, ts: r.max_ts, dur: r.max_us, name: r.name});
         }}, '\u21a6') : null;
-      return el('tr', {class: 'tbr-agg-row', tabindex: '0', 'data-name': r.name, title: `Search “${r.name}”`,
+      return el('tr', {class: 'tbr-agg-row', tabindex: '0', 'data-name': r.name, title: `Search “${isolated(r.name)}”`,
         onclick: () => this.onName(r.name),
         onkeydown: (e) => {
           if (e.key === 'Enter' || e.key === ' ') {
@@ -158,7 +158,7 @@ export class AggregatePanel {
             this.onName(r.name);
           }
         }},
-      el('td', {class: 'tbr-agg-name'}, r.name),
+      el('td', {class: 'tbr-agg-name'}, bdi(r.name)),
       el('td', {class: 'tbr-num'}, formatCount(r.count)),
       wall,
       el('td', {class: 'tbr-num'}, formatDuration(r.self_us)),

@@ -2,7 +2,7 @@
 // "All" and "None". One host checked is the single-host view (the host select shows it);
 // several are the merged view (`trace?hosts=…`). Native checkboxes and buttons, so Tab,
 // Space and Enter work as everywhere; Esc closes the list and gives the button focus back.
-import {el, setChildren} from '../dom.js';
+import {bdi, el, setChildren} from '../dom.js';
 
 export class HostPicker {
   /** `onChange(hosts)`: the checked hosts, in the run's order (possibly none). */
@@ -38,7 +38,7 @@ export class HostPicker {
     this.toggle.hidden = this.hosts.length < 2;
     setChildren(this.boxes, hosts.map((h) => el('label', {class: 'tbr-check tbr-hosts-item', title: h.host},
       el('input', {type: 'checkbox', value: h.host, 'data-host': h.host, checked: this.checked.has(h.host),
-        onchange: (e) => this.flip(h.host, e.target.checked)}), ` ${h.host}`)));
+        onchange: (e) => this.flip(h.host, e.target.checked)}), ' ', bdi(h.host))));
     this.label();
   }
 

@@ -5,7 +5,7 @@
 // there are more than one answer holds. What a step does (zoom, select, highlight)
 // is the dashboard's: `onGo(hit, index)`; the hits loaded so far go to `onHits`.
 import {fetchSearch} from '../api.js';
-import {el} from '../dom.js';
+import {el, isolated, setText, visible} from '../dom.js';
 import {formatCount} from '../format.js';
 
 export const SEARCH_DEBOUNCE_MS = 250;
@@ -322,10 +322,10 @@ export class SearchBar {
             : ` · ${formatCount(loaded)} of ${formatCount(total)} loaded`;
         }
       }
-      if (Number.isFinite(r.names)) title = `${formatCount(total)} events with ${formatCount(r.names)} distinct names match “${r.q}”`;
+      if (Number.isFinite(r.names)) title = `${formatCount(total)} events with ${formatCount(r.names)} distinct names match “${isolated(r.q)}”`;
     }
-    this.count.textContent = text;
-    this.count.title = title;
+    setText(this.count, text);
+    this.count.title = visible(title);
     this.count.classList.toggle('tbr-error', !!this.error);
     this.element.dataset.busy = this.busy ? '1' : '0';
     const steppable = !!this.input.value.trim();

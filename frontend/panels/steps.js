@@ -11,7 +11,7 @@
 // carries (`ProfilerStep#N` slices, an XProf "Steps" line) — an older server, or a
 // failed derivation. A trace without steps gets one line saying why, and no strip.
 import {fetchWaveforms} from '../api.js';
-import {el, setChildren, sizeCanvas} from '../dom.js';
+import {el, setChildren, setText, sizeCanvas, visible} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {FLAG_SUMMARY} from '../model.js';
 import {COLORS, FONT} from '../tracks/common.js';
@@ -242,9 +242,9 @@ export class StepStrip {
       this.ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
     }
     if (!steps.length) {
-      this.reason.textContent = state === 'loading' ? ''
+      setText(this.reason, state === 'loading' ? ''
         : d.status === 'error' ? `No step overview — could not derive the steps (${d.message}).`
-          : `No step overview — ${d.reason || 'the trace has no step markers'}.`.replace(/\.\.$/, '.');
+          : `No step overview — ${d.reason || 'the trace has no step markers'}.`.replace(/\.\.$/, '.'));
       this.reason.title = this.reason.textContent;
       this.hideTooltip();
       return;
@@ -253,7 +253,7 @@ export class StepStrip {
     const n = steps.length;
     setChildren(this.facts, `${formatCount(n)} step${n === 1 ? '' : 's'}`,
       Number.isFinite(this.median) ? ` · median ${formatDuration(this.median * 1000)}` : '');
-    this.title.title = `from ${marker || 'step markers'}${source === 'trace' ? ' in the loaded trace' : ''}`;
+    this.title.title = visible(`from ${marker || 'step markers'}${source === 'trace' ? ' in the loaded trace' : ''}`);
     const slow = slowest >= 0 ? steps[slowest] : null;
     this.slowLabel.textContent = slow ? `slowest: #${slow.step}, ${formatDuration(stepMs(slow) * 1000)}` : '';
     this.slowLabel.title = slow && Number.isFinite(this.median) && this.median > 0
@@ -480,7 +480,7 @@ export class StepStrip {
   setFocus(i) {
     if (!this.steps.length) return;
     this.focus = Math.max(0, Math.min(this.steps.length - 1, i));
-    this.live.textContent = this.stepLines(this.focus)[0];
+    setText(this.live, this.stepLines(this.focus)[0]);
     if (this.hover < 0) this.showTooltip(this.focus);
     this.requestDraw();
   }
@@ -514,7 +514,7 @@ export class StepStrip {
 
   showTooltip(i) {
     if (!this.geom || i < 0 || i >= this.steps.length) return;
-    this.tooltip.textContent = this.stepLines(i).join('\n');
+    setText(this.tooltip, this.stepLines(i).join('\n'));
     this.tooltip.hidden = false;
     const {x, w} = this.slotFor(i);
     const tw = this.tooltip.offsetWidth;

@@ -8,7 +8,7 @@
 // live sidecar kept as an anomaly (an anomaly run whose report names the shown
 // window) gets an orange ⚠ above the plot; clicking it opens that anomaly run.
 import {fetchTags, fetchScalars, fetchWaveforms} from '../api.js';
-import {el, setChildren, sizeCanvas} from '../dom.js';
+import {bdi, el, isolated, setChildren, setText, showControls, sizeCanvas} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {COLORS} from '../tracks/common.js';
 import {classicSmoothing, DEFAULT_SMOOTHING, MAX_SMOOTHING, toNumber} from '../smoothing.js';
@@ -60,6 +60,23 @@ function save(key, value) {
   } catch {
     // storage blocked (sandboxed iframe): the setting lasts this page only
   }
+}
+
+/**
+ * The counts of a series' analysis over every point: from the server's `summary` when
+ * it sent only the points the plot's pixels show (their own counts would be fewer).
+ */
+export function withSummary(a, summary) {
+  const out = {...a, reversalCount: a.reversals.length};
+  if (!summary) return out;
+  const num = (v, d) => (Number.isFinite(Number(v)) ? Number(v) : d);
+  out.n = num(summary.points, a.n);
+  out.nan = num(summary.nan, a.nan);
+  out.posInf = num(summary.pos_inf, a.posInf);
+  out.negInf = num(summary.neg_inf, a.negInf);
+  out.finite = out.n - out.nan - out.posInf - out.negInf;
+  out.reversalCount = num(summary.reversals, out.reversalCount);
+  return out;
 }
 
 export class WaveformPanel {
@@ -143,7 +160,7 @@ export class WaveformPanel {
 
   /** One line under the plot: what failed, or what the reader skipped. */
   setNote(text, kind = '') {
-    this.note.textContent = text;
+    setText(this.note, text);
     this.note.className = `tbr-wave-note ${kind}`;
     this.note.setAttribute('role', kind === 'tbr-error' ? 'alert' : 'status');
   }
@@ -202,7 +219,7 @@ export class WaveformPanel {
 
   setSplit(on) {
     this.split = on;
-    for (const e of this.entries) if (e.xs) e.analysis = analyzeSeries(e.xs, e.ys, {split: on});
+    for (const e of this.entries) if (e.xs) e.analysis = withSummary(analyzeSeries(e.xs, e.ys, {split: on}), e.summary);
     this.renderLegend();
     this.requestDraw();
   }
@@ -215,6 +232,12 @@ export class WaveformPanel {
       p.catch(() => this.cache.delete(key)); // a failure is asked again next time
     }
     return this.cache.get(key);
+  }
+
+  /** The width scalars are asked at: the plot's, in device pixels, rounded up to 256 (a resize by a few pixels asks nothing again). */
+  fetchWidth() {
+    const css = Math.max(256, Math.floor(this.plot.getBoundingClientRect().width) || 1024);
+    return Math.min(65536, Math.ceil((css * (window.devicePixelRatio || 1)) / 256) * 256);
   }
 
   tags(run) {
@@ -331,7 +354,7 @@ export class WaveformPanel {
       derived.length ? el('optgroup', {label: `From the trace of ${this.host}, per step`},
         derived.map((s) => el('option', {value: `d:${s}`}, derivedLabel(s)))) : null,
       scalars.length ? el('optgroup', {label: 'Scalars (event files)'},
-        scalars.map((s) => el('option', {value: `s:${s.tag}`}, `${s.tag} (${formatCount(s.points)})`))) : null);
+        scalars.map((s) => el('option', {value: `s:${s.tag}`}, `${isolated(s.tag)} (${formatCount(s.points)})`))) : null);
     if (!keys.includes(this.seriesKey)) {
       const sameTag = this.seriesKey && keys.find((k) => k.slice(2) === this.seriesKey.slice(2));
       this.seriesKey = sameTag || keys[0] || null;
@@ -361,10 +384,16 @@ export class WaveformPanel {
       } else {
         const tags = run === this.run && currentTags ? currentTags : await this.tags(run);
         if (seq !== this.seq) return;
-        if (!(tags.scalars || []).some((s) => s.tag === name)) {
-          throw Object.assign(new Error(`no tag “${name}” in this run`), {missing: true});
+        const listed = (tags.scalars || []).find((s) => s.tag === name);
+        if (!listed) {
+          throw Object.assign(new Error(`no tag “${isolated(name)}” in this run`), {missing: true});
         }
-        const doc = await this.cached(`s\u0000${run}\u0000${name}`, () => fetchScalars(run, name));
+        // By id (a tag may be too long for a URL), at the plot's width: a 2 M-point tag
+        // arrives as the few thousand points its pixel columns show (the legend's counts
+        // come from the server's summary of every point).
+        const width = this.fetchWidth();
+        const doc = await this.cached(`s\u0000${run}\u0000${name}\u0000${width}`,
+          () => fetchScalars(run, name, {id: listed.id, width}));
         if (seq !== this.seq) return;
         const points = Array.isArray(doc.points) ? doc.points : [];
         entry.xs = points.map((p) => Number(p[0]));
@@ -372,9 +401,10 @@ export class WaveformPanel {
         entry.ys = points.map((p) => toNumber(p[2]));
         entry.gaps = doc.gaps || [];
         entry.pending = doc.pending_bytes || 0;
+        entry.summary = doc.downsampled && doc.summary ? doc.summary : null;
       }
       entry.smooth = classicSmoothing(entry.ys, this.weight);
-      entry.analysis = analyzeSeries(entry.xs, entry.ys, {split: this.split});
+      entry.analysis = withSummary(analyzeSeries(entry.xs, entry.ys, {split: this.split}), entry.summary);
       if (entry.status === 'loading') {
         entry.status = entry.xs.length ? 'ok' : 'empty';
         entry.message = entry.xs.length ? '' : 'empty series: no points';
@@ -430,19 +460,19 @@ export class WaveformPanel {
       const swatch = el('span', {class: 'tbr-wave-swatch', 'aria-hidden': 'true'});
       swatch.style.background = e.color; // CSSOM, not a style attribute: TensorBoard's CSP allows it
       const li = el('li', {class: 'tbr-wave-entry', 'data-run': e.run, 'data-host': e.host || '', 'data-status': e.status,
-        'data-color': e.color}, swatch, el('span', {class: 'tbr-wave-name'}, e.host ? `${e.run} / ${e.host}` : e.run));
+        'data-color': e.color}, swatch, el('span', {class: 'tbr-wave-name'}, e.host ? [bdi(e.run), ' / ', bdi(e.host)] : bdi(e.run)));
       const bits = [];
       if (a && e.status === 'ok') {
         bits.push(a.n === 1 ? '1 point' : `${formatCount(a.n)} points`);
         if (a.nan) bits.push(`${formatCount(a.nan)} NaN`);
         if (a.posInf) bits.push(`${formatCount(a.posInf)} +Inf`);
         if (a.negInf) bits.push(`${formatCount(a.negInf)} -Inf`);
-        if (a.reversals.length) bits.push(`${formatCount(a.reversals.length)} reversal${a.reversals.length > 1 ? 's' : ''}`);
+        if (a.reversalCount) bits.push(`${formatCount(a.reversalCount)} reversal${a.reversalCount > 1 ? 's' : ''}`);
         if (e.slowest && e.slowest.length) {
           bits.push(`slowest: step ${e.slowest.slice(0, 3).map((i) => e.steps[i].step).join(', ')}${e.slowest.length > 3 ? ', …' : ''}`);
         }
         Object.assign(li.dataset, {points: a.n, nan: a.nan, posInf: a.posInf, negInf: a.negInf,
-          reversals: a.reversals.length, segments: a.segments.length, lines: a.lines, dots: a.dots});
+          reversals: a.reversalCount, segments: a.segments.length, lines: a.lines, dots: a.dots});
         if (this.plan && this.plan.has(e)) li.dataset.vertices = String(this.plan.get(e).raw.vertices);
       } else {
         bits.push(e.message);
@@ -468,7 +498,7 @@ export class WaveformPanel {
   }
 
   showEmpty(text) {
-    this.empty.textContent = text || '';
+    setText(this.empty, text || '');
     this.empty.hidden = !text;
   }
 
@@ -738,7 +768,7 @@ export class WaveformPanel {
     ctx.fillText('step', 6, y1 + 11);
     const e = this.entries.find((en) => en.name);
     if (e) {
-      ctx.fillText(e.derived ? derivedLabel(e.name) : e.name, x0 + 6, y0 - 8);
+      ctx.fillText(e.derived ? derivedLabel(e.name) : showControls(e.name), x0 + 6, y0 - 8);
     }
   }
 
@@ -823,7 +853,7 @@ export class WaveformPanel {
       return;
     }
     const {entry: e, index: i} = hit;
-    const lines = [`${e.host ? `${e.run} / ${e.host}` : e.run} — ${e.derived ? derivedLabel(e.name) : e.name}`,
+    const lines = [`${e.host ? `${isolated(e.run)} / ${isolated(e.host)}` : isolated(e.run)} — ${e.derived ? derivedLabel(e.name) : isolated(e.name)}`,
       `step ${e.xs[i]} · value ${formatValue(e.ys[i])}${this.weight > 0 && Number.isFinite(e.ys[i]) ? ` · smoothed ${formatValue(e.smooth[i])}` : ''}`];
     if (e.analysis.reversals.includes(i)) lines.push(`the step goes back here (after step ${e.xs[i - 1]})`);
     if (e.derived) {
@@ -839,7 +869,7 @@ export class WaveformPanel {
   }
 
   showTooltip(lines, x, y) {
-    this.tooltip.textContent = lines.join('\n');
+    setText(this.tooltip, lines.join('\n'));
     this.tooltip.hidden = false;
     const pr = this.plot.getBoundingClientRect();
     const tw = this.tooltip.offsetWidth;
@@ -937,7 +967,7 @@ export class WaveformPanel {
       }
       return {run: e.run, host: e.host, name: e.name, derived: e.derived, status: e.status, message: e.message, color: e.color,
         points: a ? a.n : 0, nan: a ? a.nan : 0, posInf: a ? a.posInf : 0, negInf: a ? a.negInf : 0,
-        reversals: a ? a.reversals.length : 0, segments: a ? a.segments.map((s) => s.slice()) : [],
+        reversals: a ? a.reversalCount : 0, segments: a ? a.segments.map((s) => s.slice()) : [],
         lines: p ? p.raw.lines.length : 0, dots: p ? p.raw.dots.length : 0, vertices: p ? p.raw.vertices : 0,
         gaps: p ? p.raw.gaps.map((g) => g.kind) : [], slowest: e.slowest || [], anomalies: this.debugAnomalies(e),
         steps: e.steps ? e.steps.map((s) => ({step: s.step, start_us: s.start_us, end_us: s.end_us})) : null,

@@ -6,6 +6,7 @@
 // slices narrower than a pixel are merged per pixel column with a binary search
 // to jump past the rest of the column, so a frame costs O(pixels), not O(events).
 import {colorForName} from '../color.js';
+import {showControls} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {FLAG_SUMMARY, lowerBound, summaryInfo} from '../model.js';
 import {COLORS, EMPTY_TRACK_H, LABEL_MIN_PX, ROW_H, RULER_H, SLICE_H, THEME, TRACK_PAD, defineTrack, fitLabel, fitText, shortForms} from './common.js';
@@ -243,7 +244,7 @@ function drawLabel(tl, st, m, i, x0, x1, y) {
     st.labels.set(key, text);
   }
   ctx.fillStyle = summary ? COLORS.summaryText : COLORS.sliceText;
-  ctx.fillText(text, left, y + SLICE_H / 2 + 0.5);
+  ctx.fillText(showControls(text), left, y + SLICE_H / 2 + 0.5); // a name's bidi controls shown, not obeyed
 }
 
 /** Diagonal stripes over grey: summary slices read as "many events folded here", not as one event. */
