@@ -227,10 +227,12 @@ class DiskCache:
             return None
         return Entry(meta, FileBody(fd, _HEADER, body_len))
 
-    def spool(self, digest: str, budget: MemoryBudget) -> Spool:
+    def spool(self, digest: str, budget: MemoryBudget, store: bool = True) -> Spool:
         """Somewhere to write the body of `digest` while it is computed; a body that must
-        stay in memory is charged to `budget` for as long as it lives."""
-        return Spool(self, digest, budget)
+        stay in memory is charged to `budget` for as long as it lives. `store=False`: an
+        answer that must not be kept (it lacks parts that failed for a passing reason) is
+        held in memory only and never enters the cache."""
+        return Spool(self, digest, budget, store)
 
     def put(self, digest: str, meta: bytes, body: bytes) -> None:
         """Store a whole entry at once (tests, small values)."""
@@ -282,7 +284,7 @@ class Spool:
 
     _BUFFER = 1 << 20
 
-    def __init__(self, cache: DiskCache, digest: str, budget: MemoryBudget) -> None:
+    def __init__(self, cache: DiskCache, digest: str, budget: MemoryBudget, store: bool = True) -> None:
         self._cache = cache
         self._digest = digest
         self._account: Account = budget.account("the reduced trace, held in memory")
@@ -292,7 +294,7 @@ class Spool:
         self._memory: Optional[list[bytes]] = None
         self._fd: Optional[int] = None
         self._tmp = ""
-        if cache._check_usable():
+        if store and cache._check_usable():
             try:
                 self._fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache.directory)
                 self._write_all(bytes(_HEADER), 0)

@@ -15,7 +15,9 @@ the same worker every time).
 Errors of the trace (corrupt, too large, changed since listed) come back as values
 (`HostResult.error`), never as exceptions: an exception type with its own constructor
 arguments does not always survive pickling, and only a worker's death should count as
-a failure to retry.
+a failure to retry. `passing` marks an error that is not the file's own (the worker's
+version, its memory, a read that failed, the object store): the server does not cache
+a view that lacks a host for such a reason.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Optional
 from .. import FORMAT_VERSION, __version__
 from ..budget import MB, MemoryBudget
 from ..cache import IndexCache
-from ..errors import TraceError
+from ..errors import ObjectStoreError, TraceError
 from ..pipeline import TraceIndex, index_file, reduce_index
 from ..reduction import default_window
 from ..sources import FileIdentity
@@ -64,6 +66,7 @@ class ClockResult:
     start_us: float = 0.0
     end_us: float = 0.0
     error: Optional[str] = None
+    passing: bool = False
 
 
 @dataclass
@@ -77,6 +80,7 @@ class HostResult:
     error: Optional[str] = None
     worker: str = ""
     clock: Optional[ClockResult] = None
+    passing: bool = False
 
 
 class _WorkerState:
@@ -143,6 +147,11 @@ def _check_version(task: HostTask) -> Optional[str]:
     return None
 
 
+def _passing(exc: BaseException) -> bool:
+    """Whether a task's error may be gone next time: anything but the trace's own content."""
+    return not isinstance(exc, TraceError) or isinstance(exc, ObjectStoreError)
+
+
 def _reason(exc: BaseException, task: HostTask) -> str:
     name = os.path.basename(task.path)
     if isinstance(exc, MemoryError):
@@ -160,13 +169,13 @@ def host_clock_task(task: HostTask) -> ClockResult:
     """Where the host's trace sits in real time (`clock.host_clock`), and its extent."""
     wrong = _check_version(task)
     if wrong:
-        return ClockResult(error=wrong)
+        return ClockResult(error=wrong, passing=True)
     try:
         idx = _index(task)
         t0, t1 = default_window(idx.table)
         c = host_clock(idx.metadata, t0, t1)
     except (TraceError, OSError, MemoryError) as exc:
-        return ClockResult(error=_reason(exc, task))
+        return ClockResult(error=_reason(exc, task), passing=_passing(exc))
     return ClockResult(c.origin_ns, c.source, c.start_us, c.end_us)
 
 
@@ -175,7 +184,7 @@ def reduce_host_task(task: HostTask) -> HostResult:
     wrong = _check_version(task)
     worker = f"{os.uname().nodename}:{os.getpid()}" if hasattr(os, "uname") else str(os.getpid())
     if wrong:
-        return HostResult(error=wrong, worker=worker)
+        return HostResult(error=wrong, worker=worker, passing=True)
     state = _worker_state(task.memory_bytes)
     try:
         idx = _index(task)
@@ -195,6 +204,6 @@ def reduce_host_task(task: HostTask) -> HostResult:
         t0, t1 = default_window(idx.table)
         c = host_clock(idx.metadata, t0, t1)
     except (TraceError, OSError, MemoryError) as exc:
-        return HostResult(error=_reason(exc, task), worker=worker)
+        return HostResult(error=_reason(exc, task), worker=worker, passing=_passing(exc))
     return HostResult(json.dumps(stats, separators=(",", ":")).encode(), out.getvalue(), None, worker,
                       ClockResult(c.origin_ns, c.source, c.start_us, c.end_us))

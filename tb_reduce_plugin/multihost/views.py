@@ -14,7 +14,10 @@ sends its host's clock (kept here per file version: a few numbers) with its redu
 A window on the merged clock needs the clocks first (each host's part of it depends on
 its offset): a round of clock tasks, then the reductions. A host that cannot be read, or whose worker
 failed twice, is reported with its reason (`tb_reduce.hosts[k].error`) while the
-others are served.
+others are served. Such an answer is cached only if every failure is the file's own (a
+bad trace gives the same answer next time); one with a host lost to a passing failure (a
+worker that died, a timeout, a cluster out of reach, a busy server) is served and not
+kept, so the next ask makes the view again, whole once the workers are back.
 
 Above `LANE_HOSTS` hosts, every host not named in `expand` is drawn as one busy/idle
 lane (`lanes`), so a run of a thousand hosts opens; the lanes share half the view's
@@ -37,7 +40,7 @@ import orjson
 
 from .. import FORMAT_VERSION
 from ..cache import MemoryBody, key_digest
-from ..errors import NotFound, TraceError
+from ..errors import NotFound, ObjectStoreError, TraceError
 from ..gate import ServerBusy
 from ..levels import RESOLUTION
 from ..reduction import default_window
@@ -191,7 +194,7 @@ class MergedViews:
             while len(self._clocks) > MAX_CLOCKS:
                 self._clocks.popitem(last=False)
 
-    def _clocks_of(self, files: list, errors: list, pool: ThreadPoolExecutor) -> list[HostClock]:
+    def _clocks_of(self, files: list, errors: list, transient: set, pool: ThreadPoolExecutor) -> list[HostClock]:
         svc = self.service
         clocks: list[Optional[HostClock]] = [None] * len(files)
         with self._clocks_lock:
@@ -207,6 +210,8 @@ class MergedViews:
                 self._remember_clock(files[i][1], clocks[i])  # type: ignore[arg-type]
             except (TraceError, ServerBusy, MemoryError) as exc:
                 errors[i] = str(exc) or type(exc).__name__
+                if _passing(exc):
+                    transient.add(i)
 
         if remote:
             assert self.executor is not None
@@ -214,7 +219,7 @@ class MergedViews:
                                     [_key("clock", files[i][1]) for i in remote],
                                     [files[i][0] for i in remote])
             for i, outcome in zip(remote, got):
-                value: Optional[ClockResult] = _answer(outcome, errors, i)
+                value: Optional[ClockResult] = _answer(outcome, errors, transient, i)
                 if value is not None:
                     clocks[i] = HostClock(value.origin_ns, value.source, value.start_us, value.end_us)
                     self._remember_clock(files[i][1], clocks[i])  # type: ignore[arg-type]
@@ -222,7 +227,7 @@ class MergedViews:
         return [c if c is not None else HostClock(None, "none", 0.0, 0.0) for c in clocks]
 
     def _reductions(self, files: list, windows: list, shares: list, level: Any, drop_args: bool,
-                    errors: list, pool: ThreadPoolExecutor) -> list:
+                    errors: list, transient: set, pool: ThreadPoolExecutor) -> list:
         """Each host's reduction made or found, as what `_merge` reads it from: its digest
         (the body stays in the disk cache until its turn: a thousand hosts hold no thousand
         descriptors) or, where the cache could not be written, the body in memory."""
@@ -247,11 +252,13 @@ class MergedViews:
                 out[i] = _held(svc.reduction_of(files[i][1], level, lo, hi, drop_args, True, shares[i]), digests[i])
             except (TraceError, ServerBusy, MemoryError) as exc:
                 errors[i] = str(exc) or type(exc).__name__
+                if _passing(exc):
+                    transient.add(i)
 
         def landed(k: int, outcome: Outcome) -> None:
             """A worker's answer, into the disk cache as soon as it arrives (one body held at a time)."""
             i = remote[k]
-            value: Optional[HostResult] = _answer(outcome, errors, i)
+            value: Optional[HostResult] = _answer(outcome, errors, transient, i)
             if value is not None:
                 out[i] = _held(self._store(digests[i], value), digests[i])
                 c = value.clock
@@ -292,6 +299,7 @@ class MergedViews:
         else:
             shares = [bucket_share(level, resolution, len(files))] * len(files)
         errors: list[Optional[str]] = [None] * len(files)
+        transient: set[int] = set()  # the hosts whose error is not their file's: not to be cached
         whole = start_us is None and end_us is None
         with ThreadPoolExecutor(max_workers=max(1, min(len(files), svc.gate.workers)),
                                 thread_name_prefix="tb-reduce-hosts") as pool:
@@ -299,8 +307,8 @@ class MergedViews:
                 # The whole run: no host's reduction depends on where the hosts sit in time, so
                 # each is reduced at once and its worker sends its clock with it (one round).
                 reductions = self._reductions(files, [(None, None)] * len(files), shares, level, drop_args,
-                                              errors, pool)
-            clocks = self._clocks_of(files, errors, pool)
+                                              errors, transient, pool)
+            clocks = self._clocks_of(files, errors, transient, pool)
             ok = [i for i, e in enumerate(errors) if e is None]
             alignment = align([clocks[i] for i in ok] or clocks)
             host_offsets = [0.0] * len(files)
@@ -309,17 +317,22 @@ class MergedViews:
             windows = [(None if start_us is None else start_us - off, None if end_us is None else end_us - off)
                        for off in host_offsets]
             if not whole:
-                reductions = self._reductions(files, windows, shares, level, drop_args, errors, pool)
+                reductions = self._reductions(files, windows, shares, level, drop_args, errors, transient, pool)
         if all(e is not None for e in errors):
+            if transient:  # not the files' fault: asked again in a moment, it may well be answered
+                first = errors[min(transient)]
+                raise ServerBusy(f"no host of the view could be reduced now; the first: {first}",
+                                 svc.gate.retry_after())
             raise TraceError(f"no host of the view could be read; the first: {errors[0]}")
         with svc.computing():
             return self._merge(files, lanes, digest, level, start_us, end_us, drop_args, clocks, reductions, errors,
                                Alignment(tuple(host_offsets), alignment.epoch_ns, alignment.absolute), windows,
-                               shares, began)
+                               shares, began, keep=not transient)
 
     def _merge(self, files: list, lanes: list, digest: str, level: Any, start_us: Optional[float],
                end_us: Optional[float], drop_args: bool, clocks: list, reductions: list, errors: list,
-               alignment: Alignment, windows: list, shares: list, began: float) -> Any:
+               alignment: Alignment, windows: list, shares: list, began: float, keep: bool = True) -> Any:
+        """Writes the merged body; `keep`: into the cache (else held in memory for this answer only)."""
         svc = self.service
         account = svc.budget.account("merging the hosts' reductions")
         held = [0]
@@ -350,7 +363,7 @@ class MergedViews:
         view = {"level": level, "resolution": shares[0] if len(set(shares)) == 1 else None,
                 "window_us": [start_us, end_us] if start_us is not None else None,
                 "lane_threshold": LANE_HOSTS}
-        spool = svc.disk.spool(digest, svc.budget)
+        spool = svc.disk.spool(digest, svc.budget, store=keep)
         try:
             sink = Sink(spool, gzip=True)
             stats = write_merged(parts, alignment, sink, view)
@@ -365,19 +378,32 @@ class MergedViews:
             raise
         finally:
             account.close()
-        return self.reduction_type(body, dict(_meta(stats), cached=False), digest[:32])
+        # An answer not kept has an ETag of its own: a browser revalidating it must not be told
+        # with a 304 that the answer it holds, hosts missing, is the view.
+        return self.reduction_type(body, dict(_meta(stats), cached=False),
+                                   digest[:32] if keep else f"{digest[:32]}-partial")
 
 
-def _answer(outcome: Outcome, errors: list, i: int) -> Any:
-    """A worker's value for host `i`, or None with the reason in `errors[i]`."""
+def _answer(outcome: Outcome, errors: list, transient: set, i: int) -> Any:
+    """A worker's value for host `i`, or None with the reason in `errors[i]` (and `i` in
+    `transient` unless the reason is the file's own)."""
     value = outcome.value
     if outcome.failure or value is None:
         errors[i] = outcome.failure or "no answer from its worker"
+        transient.add(i)
         return None
     if value.error:
         errors[i] = value.error
+        if getattr(value, "passing", False):
+            transient.add(i)
         return None
     return value
+
+
+def _passing(exc: BaseException) -> bool:
+    """Whether a host's failure in the server is of the moment (busy, out of memory, the
+    object store unreachable) rather than its file's."""
+    return not isinstance(exc, TraceError) or isinstance(exc, ObjectStoreError)
 
 
 def _held(red: Any, digest: str) -> Any:
