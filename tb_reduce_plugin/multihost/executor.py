@@ -21,6 +21,7 @@ fails again its host is reported with the reason while the others are served.
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import threading
@@ -35,7 +36,14 @@ from typing import Any, Callable, Optional, Sequence
 INLINE = "local:0"
 DEFAULT = "local"
 IDLE_S = 120.0  # an idle local pool's processes exit after this long
-TASK_TIMEOUT_S = 600.0
+TASK_TIMEOUT_S = 600.0  # a task's answer (on a cluster: all of a view's tasks together)
+CONNECT_TIMEOUT_S = 3.0  # reaching a Dask scheduler: a refused or silent address is told after this
+UNREACHABLE_S = 5.0  # a failed attempt to reach it is remembered this long, and told at once meanwhile
+INFO_TIMEOUT_S = 10.0  # a question to a connected scheduler (which workers it has)
+FETCH_TIMEOUT_S = 120.0  # a finished task's answer, fetched from its worker
+POLL_S = 0.5  # how often a view waiting on a cluster looks at which workers are alive
+NO_WORKERS_S = 30.0  # a cluster with no worker (or a silent scheduler) this long fails the view's tasks
+MOVES = 2  # a task whose worker left is pinned to a live one once, then sent to any worker
 
 
 class BadWorkers(ValueError):
@@ -223,60 +231,214 @@ def _reap_if_alive(ref: weakref.ref[LocalPool]) -> None:
 
 
 class DaskCluster(HostExecutor):
-    """An existing Dask cluster (`distributed`, an optional extra: `pip install tb-reduce-plugin[dask]`)."""
+    """An existing Dask cluster (`distributed`, an optional extra: `pip install tb-reduce-plugin[dask]`).
+
+    Every wait on the cluster is bounded, so a merged view always ends with its answer or
+    a 503 that names the cluster: reaching the scheduler (`CONNECT_TIMEOUT_S`; one attempt
+    at a time, shared by the views that ask meanwhile, its failure remembered for
+    `UNREACHABLE_S` and told at once to the views after it), each question to it
+    (`INFO_TIMEOUT_S`), and a view's tasks (`TASK_TIMEOUT_S` in all). A task is pinned to
+    a worker alive when it is sent, and sent again to another if that worker leaves before
+    it is done: the scheduler keeps a task whose only allowed worker left waiting in
+    `no-worker` for good (it does not let a worker that joins later take a task pinned
+    elsewhere, even with `allow_other_workers`), and a nanny restarts a killed worker at
+    a new address."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.name = address
         self._client: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held for bookkeeping only, never across a wait on the network
+        self._connecting: Optional[threading.Event] = None
+        self._failed: Optional[tuple[float, str]] = None  # (until, reason) of the last failed attempt
+        self._stuck: Optional[threading.Thread] = None  # a Client() that never returned
+        self.moves = 0  # tasks sent again because their worker left
 
     def client(self) -> Any:
+        """The connected client; raises `BadWorkers` (at once while a recent attempt's failure
+        is remembered) if the scheduler cannot be reached."""
+        stale = None
         with self._lock:
-            if self._client is None:
-                try:
-                    from distributed import Client
-                except ImportError:
-                    raise BadWorkers(f"--tb_reduce_workers={self.address} needs Dask's distributed package "
-                                     f"(pip install 'tb-reduce-plugin[dask]')") from None
-                try:
-                    self._client = Client(self.address, timeout=10, set_as_default=False)
-                except (OSError, TimeoutError) as exc:
-                    raise BadWorkers(f"cannot reach the Dask scheduler at {self.address}: {exc}") from None
-            return self._client
+            current = self._client
+            if current is not None and current.status == "running":
+                return current
+            if current is not None and current.status in ("connecting", "newly-created"):
+                raise BadWorkers(f"lost the connection to the Dask scheduler at {self.address}; reconnecting")
+            stale, self._client = current, None
+            if self._failed is not None and time.monotonic() < self._failed[0]:
+                raise BadWorkers(self._failed[1])
+            attempt = self._connecting
+            leader = attempt is None
+            if attempt is None:
+                attempt = self._connecting = threading.Event()
+        if stale is not None:
+            threading.Thread(target=_close_quietly, args=(stale,), daemon=True).start()
+        if not leader:
+            attempt.wait(3 * CONNECT_TIMEOUT_S + 1)  # the leader's attempt is bounded by less
+            with self._lock:
+                if self._client is not None and self._client.status == "running":
+                    return self._client
+                reason = self._failed[1] if self._failed is not None else None
+            raise BadWorkers(reason or f"cannot reach the Dask scheduler at {self.address}: still connecting")
+        try:
+            made = self._connect()
+        except BadWorkers as exc:
+            with self._lock:
+                self._failed = (time.monotonic() + UNREACHABLE_S, str(exc))
+            raise
+        else:
+            with self._lock:
+                self._client, self._failed = made, None
+            return made
+        finally:
+            with self._lock:
+                self._connecting = None
+            attempt.set()
+
+    def _connect(self) -> Any:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise BadWorkers(f"--tb_reduce_workers={self.address} needs Dask's distributed package "
+                             f"(pip install 'tb-reduce-plugin[dask]')") from None
+        if self._stuck is not None and self._stuck.is_alive():
+            raise BadWorkers(f"the Dask scheduler at {self.address} accepted a connection but did not answer")
+        try:
+            _reach(self.address, CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError) and not str(exc):
+                raise BadWorkers(f"the Dask scheduler at {self.address} accepted a connection but did not "
+                                 f"answer within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise BadWorkers(f"cannot reach the Dask scheduler at {self.address}: {exc}") from None
+        # It answered the handshake; the client's own connect (which waits on the scheduler
+        # without a bound of its own) still runs where a silence cannot hold this request.
+        box: dict = {}
+        abandoned = threading.Event()
+
+        def make() -> None:
+            try:
+                box["client"] = Client(self.address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            except BaseException as exc:  # handed to the waiting request
+                box["error"] = exc
+            if abandoned.is_set() and "client" in box:
+                _close_quietly(box["client"])
+
+        t = threading.Thread(target=make, name="tb-reduce-dask-connect", daemon=True)
+        t.start()
+        t.join(2 * CONNECT_TIMEOUT_S)
+        if t.is_alive():
+            abandoned.set()
+            self._stuck = t
+            raise BadWorkers(f"the Dask scheduler at {self.address} accepted a connection but did not "
+                             f"answer within {2 * CONNECT_TIMEOUT_S:.0f} s")
+        if "error" in box:
+            exc = box["error"]
+            raise BadWorkers(f"cannot reach the Dask scheduler at {self.address}: {type(exc).__name__}: {exc}")
+        return box["client"]
+
+    def _live(self, client: Any) -> list[str]:
+        """The workers the scheduler knows now, by address; raises `BadWorkers` if it does not say."""
+        try:
+            info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=INFO_TIMEOUT_S)
+        except Exception as exc:
+            raise BadWorkers(f"the Dask scheduler at {self.address} did not say which workers it has "
+                             f"({type(exc).__name__}: {exc})") from None
+        return sorted(info.get("workers", {}))
 
     @property
     def workers(self) -> int:  # type: ignore[override]
         try:
-            return max(1, len(self.client().scheduler_info().get("workers", {})))
-        except Exception:
+            return max(1, len(self._live(self.client())))
+        except BadWorkers:
             return 1
 
     def run(self, fn: Callable[[Any], Any], args: Sequence[Any], keys: Sequence[str],
             routes: Sequence[int], on_done: Optional[Callable[[int, Outcome], None]] = None) -> list[Outcome]:
         client = self.client()
+        live = self._live(client)
         # A host goes to the same worker each time, as on the local pool (its clock task, its
         # reduce task and its next windows then parse its file once there); any other worker
-        # takes it if that one is gone or busy past the scheduler's patience.
-        try:
-            workers = sorted(client.scheduler_info().get("workers", {}))
-        except Exception:
-            workers = []
-        futures = [client.submit(fn, a, key=f"tb-reduce-{fn.__name__}-{key}", pure=False, retries=1,
-                                 workers=[workers[r % len(workers)]] if workers else None,
-                                 allow_other_workers=True)
-                   for a, key, r in zip(args, keys, routes)]
-        out: list[Outcome] = []
-        for k, fut in enumerate(futures):
-            try:
-                outcome = Outcome(fut.result(timeout=TASK_TIMEOUT_S))
-            except Exception as exc:  # KilledWorker after the scheduler's own retries, a timeout, a lost connection
-                outcome = Outcome(failure=f"its Dask task failed: {type(exc).__name__}: {exc}")
-            futures[k] = None  # type: ignore[call-overload]  # the scheduler may forget it now
-            fut.release()
-            out.append(outcome)
+        # takes it if that one is busy past the scheduler's patience. The pin is part of the
+        # key: identical work sent by several servers that see the same workers runs once,
+        # and a key pinned to a worker that has left is never asked for again.
+        pins: list[Optional[str]] = [live[r % len(live)] if live else None for r in routes]
+        moves = [0] * len(args)
+        wake = threading.Event()
+
+        def submit(k: int) -> Any:
+            pin = pins[k]
+            where = hashlib.sha1(pin.encode()).hexdigest()[:8] if pin is not None else "any"
+            fut = client.submit(fn, args[k], key=f"tb-reduce-{fn.__name__}-{keys[k]}-{where}", pure=False,
+                                retries=1, workers=[pin] if pin is not None else None,
+                                allow_other_workers=True)
+            fut.add_done_callback(lambda _: wake.set())
+            return fut
+
+        futures: list[Any] = [submit(k) for k in range(len(args))]
+        out: list[Outcome] = [Outcome(failure="not run")] * len(args)
+        pending = set(range(len(args)))
+        deadline = time.monotonic() + TASK_TIMEOUT_S
+        alone_since = None if live else time.monotonic()  # since when the cluster has had no worker
+        silent_since: Optional[float] = None  # since when the scheduler has not said which workers it has
+
+        def settle(k: int, outcome: Outcome) -> None:
+            fut, futures[k] = futures[k], None
+            if fut is not None:
+                fut.release()  # the scheduler may forget it now
+            pending.discard(k)
+            out[k] = outcome
             if on_done is not None:
                 on_done(k, outcome)
+
+        try:
+            while pending:
+                wake.wait(POLL_S)
+                wake.clear()
+                for k in sorted(k for k in pending if futures[k].done()):
+                    try:
+                        outcome = Outcome(futures[k].result(timeout=max(1.0, min(deadline - time.monotonic(),
+                                                                                 FETCH_TIMEOUT_S))))
+                    except Exception as exc:  # KilledWorker after the scheduler's own retries, a lost connection
+                        outcome = Outcome(failure=f"its Dask task failed: {type(exc).__name__}: {exc}")
+                    settle(k, outcome)
+                if not pending:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    for k in sorted(pending):
+                        settle(k, Outcome(failure=f"its Dask task did not finish within {TASK_TIMEOUT_S:.0f} s"))
+                    break
+                try:
+                    live = self._live(client)
+                    silent_since = None
+                except BadWorkers as exc:
+                    silent_since = silent_since or now
+                    if now - silent_since > NO_WORKERS_S:
+                        for k in sorted(pending):
+                            settle(k, Outcome(failure=str(exc)))
+                    continue
+                if not live:
+                    alone_since = alone_since or now
+                    if now - alone_since > NO_WORKERS_S:
+                        for k in sorted(pending):
+                            settle(k, Outcome(failure=f"the Dask cluster at {self.address} has had no worker "
+                                                      f"for {NO_WORKERS_S:.0f} s"))
+                    continue
+                alone_since = None
+                alive = set(live)
+                for k in sorted(pending):
+                    if pins[k] is not None and pins[k] not in alive:
+                        # Its worker left (killed, restarted at a new address): to a live one, and
+                        # past `MOVES` moves to any worker, so it can never be stranded again.
+                        moves[k] += 1
+                        self.moves += 1
+                        pins[k] = live[routes[k] % len(live)] if moves[k] < MOVES else None
+                        old, futures[k] = futures[k], submit(k)
+                        old.release()
+        finally:
+            for fut in futures:
+                if fut is not None:
+                    fut.release()
         return out
 
     def close(self) -> None:
@@ -284,6 +446,35 @@ class DaskCluster(HostExecutor):
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def _reach(address: str, timeout_s: float) -> None:
+    """Opens a connection to the scheduler and waits for its handshake, `timeout_s` at most
+    in all (distributed's own connect waits for the handshake without a bound: a server that
+    accepts and never answers would hold the request for good). Raises OSError when refused
+    (distributed's connect retries that for `timeout_s`),
+    TimeoutError (without a message) when it accepted and did not answer."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def once() -> None:
+        try:
+            comm = await asyncio.wait_for(
+                connect(address, timeout=timeout_s, **Security().get_connection_args("client")), timeout_s + 1)
+        except asyncio.TimeoutError:
+            raise TimeoutError() from None
+        await comm.close()
+
+    asyncio.run(once())
+
+
+def _close_quietly(client: Any) -> None:
+    try:
+        client.close(timeout=CONNECT_TIMEOUT_S)
+    except Exception:  # a client that cannot even close is left to the garbage collector
+        pass
 
 
 def default_processes() -> int:
