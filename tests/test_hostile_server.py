@@ -73,7 +73,9 @@ def bombed(bomb_logdir: Path, tmp_path: Path) -> Iterator[TensorBoard]:
     ("names", "n", 422, "not a profile"),
     ("lines", "l", 422, "not a profile"),
     ("events", "e", 413, "--tb_reduce_memory_mb"),
-    ("ident", "i", 413, "inflates"),
+    # Identical events: refused by whichever limit it reaches first. Since the builder charges what
+    # the scanner holds at each block, that is the memory budget, before the inflation ratio.
+    ("ident", "i", 413, ("inflates", "--tb_reduce_memory_mb")),
     ("tiny", "t", 413, "--tb_reduce_memory_mb"),
 ])
 def test_a_hostile_file_is_refused_clearly_within_the_memory_budget(bombed: TensorBoard, run: str, host: str,
@@ -83,7 +85,7 @@ def test_a_hostile_file_is_refused_clearly_within_the_memory_budget(bombed: Tens
         params = {"i": 0} if route == "event" else {"level": 2}
         got, _, body = bombed.get(ROUTE + route, gz=True, run=run, host=host, **params)
         assert got == status, (route, got, body[:300], bombed.tail())
-        assert says in error_of(got, body)
+        assert any(s in error_of(got, body) for s in ((says,) if isinstance(says, str) else says))
     assert bombed.alive(), bombed.tail()
     assert bombed.peak_mb() <= idle + BUDGET_MB + MARGIN_MB, (bombed.peak_mb(), idle)
     # The refusal gave its memory back, and the server still serves a real trace.
