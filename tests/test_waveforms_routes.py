@@ -46,6 +46,9 @@ def test_waveforms_gives_the_per_step_series_of_a_host(logdir: Path, tmp_path: P
     assert [s["step"] for s in doc["steps"]] == list(range(8))
     assert doc["slowest"][0] == 5
     assert doc["series"][0] == "step_time_ms" and "compute_ms" in doc["series"]
+    # the stalled step slept outside any op: its unaccounted time stands out, and only there
+    assert doc["series"][-1] == "unaccounted_ms" and doc["unaccounted_stands_out"] == [5]
+    assert doc["steps"][5]["busy_ms"]["unaccounted"] >= 140
 
 
 def test_waveforms_of_jax_xspace_and_json_hosts_agree(logdir: Path, tmp_path: Path) -> None:
@@ -128,6 +131,7 @@ def test_tags_lists_scalar_tags_and_the_derived_series_of_each_host(logdir: Path
     doc = body_json(get(c, "tags", run=JAX_RUN))
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert hosts[JAX_HOST]["derived"] and "device_idle_ms" not in hosts[JAX_HOST]["series"]
+    assert "unaccounted_ms" in hosts[JAX_HOST]["series"]
 
 
 def test_scalars_gives_points_in_record_order_with_non_finite_values_as_strings(logdir: Path,

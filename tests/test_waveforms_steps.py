@@ -11,7 +11,7 @@ import pytest
 from conftest import write_trace
 
 from tb_reduce_plugin.pipeline import index_file, waveforms_file
-from tb_reduce_plugin.waveforms.categories import CATEGORIES, DEVICE_IDLE
+from tb_reduce_plugin.waveforms.categories import CATEGORIES, DEVICE_IDLE, UNACCOUNTED
 from tb_reduce_plugin.waveforms.steps import MARKER_PYTORCH, MARKER_STEP_NUM, MARKER_STEPS_LINE, NO_MARKERS, derive
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -65,7 +65,7 @@ def test_gpu_traces_give_their_known_step_counts_with_device_idle(corpus: Path, 
                                                                    first: int) -> None:
     s = waveforms_file(corpus / "public" / name)
     assert len(s) == steps and int(s.step[0]) == first and s.marker == MARKER_PYTORCH
-    assert list(s.busy_ms) == [*CATEGORIES, DEVICE_IDLE]
+    assert list(s.busy_ms) == [*CATEGORIES, DEVICE_IDLE, UNACCOUNTED]
     assert np.all(s.busy_ms["compute"] > 0)
     for values in s.busy_ms.values():  # busy time is inside the step
         assert np.all(values >= 0) and np.all(values <= s.step_time_ms + 1e-6)
@@ -117,10 +117,12 @@ def test_busy_time_is_the_union_of_each_categorys_slices_inside_each_step(tmp_pa
     assert s.busy_ms["memory"].tolist() == [0.0, 0.01]
     assert s.busy_ms["data_loading"].tolist() == [0.009, 0.0]
     assert s.busy_ms[DEVICE_IDLE].tolist() == [0.06, 0.03]  # 100 − 30 − 10; 50 − 10 − 10
+    # the host thread: aten::mm (30 µs) is its only op (the DataLoader range is an annotation)
+    assert s.busy_ms[UNACCOUNTED].tolist() == [0.07, 0.05]
     rows = s.rows()
     assert rows[0] == ["step", "start_us", "step_time_ms", "compute_ms", "communication_ms", "memory_ms",
-                       "data_loading_ms", "device_idle_ms"]
-    assert rows[1][0] == [7, 0.0, 0.1, 0.03, 0.01, 0.0, 0.009, 0.06]
+                       "data_loading_ms", "device_idle_ms", "unaccounted_ms"]
+    assert rows[1][0] == [7, 0.0, 0.1, 0.03, 0.01, 0.0, 0.009, 0.06, 0.07]
 
 
 def test_repeated_and_decreasing_step_numbers_are_kept_in_time_order(tmp_path: Path) -> None:

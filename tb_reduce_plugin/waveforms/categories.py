@@ -25,6 +25,7 @@ from ..model import EventTable
 
 COMPUTE, COMMUNICATION, MEMORY, DATA_LOADING = "compute", "communication", "memory", "data_loading"
 DEVICE_IDLE = "device_idle"
+UNACCOUNTED = "unaccounted"
 CATEGORIES = (COMPUTE, COMMUNICATION, MEMORY, DATA_LOADING)  # in the order series are listed
 NONE = -1
 
@@ -35,6 +36,21 @@ DEVICE, HOST_ONLY_TRACE, HOST = "device", "host-only-trace", "host"
 # Categories a profiler writes on device activity (Kineto, its older `Kernel`/`Memcpy` spelling).
 DEVICE_CATS = ("kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "gpu_user_annotation",
                "mtia_ccp_events")
+# Slices that wrap work rather than do it: user ranges (`record_function`, `TraceAnnotation`
+# written by PyTorch) and Python frames (PyTorch's `python_function`). Time under one of
+# them that no op covers is exactly a stall (a `sleep` inside `record_function("data")`),
+# so the `unaccounted` series does not count them as work.
+WRAPPER_CATS = ("user_annotation", "gpu_user_annotation", "python_function")
+# XSpace's Python tracer (JAX, TensorFlow) names a frame `$file.py:line function` or
+# `$module function` (`$time sleep`): a frame too, not an op.
+PYTHON_FRAME = re.compile(r"^\$")
+# PyTorch runs a GPU backward on autograd's own threads (one per device) while the thread
+# that called `backward()` waits; their ops are the step's work done elsewhere. A thread
+# is one of them when it holds a slice autograd names: `autograd::engine::evaluate_function: …`
+# or the node itself (`ReluBackward0`; PyTorch 1.x wrote only that). A CPU backward runs on
+# the caller's thread.
+BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |^\w+Backward\d*$")
+
 # Process names of device tracks: XSpace planes (`/device:GPU:0`, `/device:TPU:0`).
 DEVICE_PROCESS = re.compile(r"^/device:")
 
@@ -93,6 +109,36 @@ def _search(pattern: Optional[str], values: list) -> np.ndarray:
     rx = re.compile(pattern)
     return np.fromiter((isinstance(v, str) and rx.search(v) is not None for v in values), dtype=bool,
                        count=len(values))
+
+
+def wrappers(t: EventTable, slice_events: np.ndarray, slice_names: np.ndarray) -> np.ndarray:
+    """Per slice: does it only wrap work (a user annotation or a Python frame, see
+    `WRAPPER_CATS`, `PYTHON_FRAME`)? Decided once per distinct cat and name."""
+    out = np.zeros(len(slice_events), dtype=bool)
+    if not len(out):
+        return out
+    cat_wraps = np.fromiter((c in WRAPPER_CATS for c in t.cats), dtype=bool, count=len(t.cats))
+    out |= cat_wraps[t.cat[slice_events]]
+    used = np.zeros(len(t.names), dtype=bool)
+    used[slice_names] = True
+    frame = np.zeros(len(t.names), dtype=bool)
+    ids = np.flatnonzero(used)
+    frame[ids] = _search(PYTHON_FRAME.pattern, [t.names[i] for i in ids.tolist()])
+    return out | frame[slice_names]
+
+
+def backward_tracks(t: EventTable, slice_tracks: np.ndarray, slice_names: np.ndarray) -> np.ndarray:
+    """Per track: does it run autograd's backward ops (`BACKWARD_OP`)? One regex per distinct name."""
+    out = np.zeros(len(t.tracks), dtype=bool)
+    if not len(slice_names):
+        return out
+    used = np.zeros(len(t.names), dtype=bool)
+    used[slice_names] = True
+    backward = np.zeros(len(t.names), dtype=bool)
+    ids = np.flatnonzero(used)
+    backward[ids] = _search(BACKWARD_OP.pattern, [t.names[i] for i in ids.tolist()])
+    out[np.unique(slice_tracks[backward[slice_names]])] = True
+    return out
 
 
 def device_tracks(t: EventTable) -> np.ndarray:

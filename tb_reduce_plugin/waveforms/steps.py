@@ -14,6 +14,16 @@ A step is its marker's extent. Busy time of a category in a step is the length o
 the union of that category's slices (`categories.RULES`) inside the step, so nested
 or overlapping slices count once. `device_idle` is the step's time no device slice
 of any category covers; it exists only for traces with device tracks.
+
+`unaccounted` is the step's time that no op on the step's own thread (the track of
+its marker) covers: the union of that thread's slices inside the step, less the step
+markers and the slices that only wrap work (user annotations such as
+`record_function`, Python frames: `categories.wrappers`), taken from the step time.
+Why this series: a stall (a `sleep`, a blocking read, a lock) inside a
+`record_function("data")` adds time to a step but no op, and in a run whose steps
+drift by seconds it need not make the step one of the slowest; step time minus the
+ops on the thread shows it at once. It exists only when the markers are on a host
+thread (an XProf "Steps" line holds nothing but steps).
 """
 
 from __future__ import annotations
@@ -21,17 +31,19 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from ..model import EventTable
 from ..reduction import slices_of
-from .categories import CATEGORIES, DEVICE_IDLE, NONE, classify, device_tracks
+from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, backward_tracks, classify, device_tracks, wrappers
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 STEPS_LINE = "Steps"
-SLOWEST = 3  # steps marked as the slowest
+SLOWEST = 3  # steps marked as the slowest, at most
+SLOW_MAD, SLOW_FRACTION = 3.0, 0.05  # a slow step: above median + max(3·MAD, 5 % of the median)
+UNACCOUNTED_MAD, UNACCOUNTED_OF_STEP = 5.0, 0.10  # unaccounted time that stands out (`unaccounted_stands_out`)
 MARKER_PYTORCH, MARKER_STEP_NUM, MARKER_STEPS_LINE = "ProfilerStep#N", "step_num", "Steps line"
 NO_MARKERS = ("no step markers: the trace has no ProfilerStep#N slices, no slices with a step_num "
               "(StepTraceAnnotation) and no XProf Steps line")
@@ -62,11 +74,34 @@ class StepSeries:
         return ["step_time_ms", *(f"{c}_ms" for c in self.busy_ms)]
 
     def slowest(self, k: int = SLOWEST) -> list[int]:
-        """Indices of the `k` slowest steps, slowest first (ties: the earlier step)."""
-        if not len(self):
+        """Indices of the steps that stand out as slow, the slowest first (ties: the earlier
+        step), at most `k`: a step time above median + max(3·MAD, 5 % of the median) of the
+        run's finite step times. Why a robust margin, not the `k` largest: every run has
+        a slowest step, and in steady runs it is noise (104.5 ms against a median of 104),
+        as every point of a three-step window would be; marking those points the eye at
+        nothing. None stands out: an empty list."""
+        return _stand_out(self.step_time_ms, k, lambda med, mad: med + max(SLOW_MAD * mad, SLOW_FRACTION * med))
+
+    @property
+    def unaccounted_ms(self) -> Optional[np.ndarray]:
+        """Per step, the time no op on the step's thread covers (None where there is no such series)."""
+        return self.busy_ms.get(UNACCOUNTED)
+
+    def unaccounted_stands_out(self, k: int = SLOWEST) -> list[int]:
+        """Indices of the steps whose unaccounted time stands out, the largest first, at most
+        `k`: above the run's median unaccounted time by more than 10 % of the median step time
+        and by more than 5·MAD of the unaccounted times. The first bound keeps a run's steady
+        share of time outside ops (a GPU run's host waiting on the device) from being news,
+        and a few ms of jitter in a 100 ms run from being a stall; the second asks it be an
+        outlier among the run's own steps."""
+        u = self.unaccounted_ms
+        if u is None or not len(u):
             return []
-        order = np.lexsort((np.arange(len(self)), -self.step_time_ms))
-        return order[:k].tolist()
+        times = self.step_time_ms[np.isfinite(self.step_time_ms)]
+        if not len(times):
+            return []
+        step = float(np.median(times))
+        return _stand_out(u, k, lambda med, mad: med + max(UNACCOUNTED_MAD * mad, UNACCOUNTED_OF_STEP * step))
 
     def to_json(self) -> dict[str, Any]:
         """The shape of `tb-reduce waveforms --format json` and the `waveforms` route."""
@@ -79,7 +114,7 @@ class StepSeries:
                                                   self.end_us.tolist(), times))
         ]
         return {"marker": self.marker, "reason": self.reason, "series": self.series, "steps": steps,
-                "slowest": self.slowest()}
+                "slowest": self.slowest(), "unaccounted_stands_out": self.unaccounted_stands_out()}
 
     def rows(self) -> tuple[list[str], list[list[Any]]]:
         """CSV header and rows: `step, start_us, step_time_ms, <category>_ms…`."""
@@ -88,6 +123,20 @@ class StepSeries:
         rows = [[_int(s), _us(a), *(_ms(c[i]) for c in cols)]
                 for i, (s, a) in enumerate(zip(self.step.tolist(), self.start_us.tolist()))]
         return header, rows
+
+
+def _stand_out(values: np.ndarray, k: int, bound: Callable[[float, float], float]) -> list[int]:
+    """Indices of the finite values above `bound(median, MAD)` of the finite values, the
+    largest first (ties: the earlier index), at most `k`."""
+    ok = np.isfinite(values)
+    if not ok.any():
+        return []
+    v = values[ok]
+    med = float(np.median(v))
+    mad = float(np.median(np.abs(v - med)))
+    over = np.flatnonzero(ok & (values > bound(med, mad)))
+    order = np.lexsort((over, -values[over]))
+    return over[order][:k].tolist()
 
 
 def _int(x: float) -> Any:
@@ -124,7 +173,16 @@ def derive(t: EventTable) -> StepSeries:
     if on_device.any():
         work = (category != NONE) & on_device[sl.track]
         busy[DEVICE_IDLE] = (end - start - _covered(*_union(sl.start[work], sl.end[work]), start, end)) / 1000.0
-    return StepSeries(numbers, start, end, busy, marker=marker, track=t.tracks[int(sl.track[rows[0]])])
+    own = int(sl.track[rows[0]])
+    if not on_device[own]:
+        threads = backward_tracks(t, sl.track, sl.name) & ~on_device
+        threads &= np.fromiter((pid == t.tracks[own][0] for pid, _ in t.tracks), dtype=bool, count=len(t.tracks))
+        threads[own] = True
+        ops = threads[sl.track] & ~wrappers(t, sl.event, sl.name)
+        ops[rows] = False  # the step markers themselves
+        busy[UNACCOUNTED] = np.maximum(end - start - _covered(*_union(sl.start[ops], sl.end[ops]), start, end),
+                                       0.0) / 1000.0
+    return StepSeries(numbers, start, end, busy, marker=marker, track=t.tracks[own])
 
 
 def _markers(t: EventTable, events: np.ndarray, tracks: np.ndarray, names: np.ndarray,
