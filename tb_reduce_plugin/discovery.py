@@ -18,8 +18,14 @@ followed, a broken link, a loop, a `.json` that is no trace, a folder too deep o
 unreadable, the entry limit) is kept in `skipped`, so an empty tab can say why.
 
 JAX writes `<host>.trace.json.gz` beside `<host>.xplane.pb`: an export of the same
-profile capped at 1,000,000 events (a long run's export covers only its start). Such
-a file is listed after the XSpace, marked `capped` (see `TraceFile.describe`).
+profile, which JAX caps at 1,000,000 events (a long run's export covers only its start).
+Such a file is listed after the XSpace, as its `export`; it is marked `capped` only when
+it is: its complete events (`"ph":"X"`, what JAX's cap counts) are counted once per
+version of the file, by a scan of its inflated bytes for that pattern (no JSON parse;
+stopped at the cap, so at most ~0.5 s for a capped export) — an export holding fewer than
+the cap holds every event of its XSpace. One that could not be counted (an object in a
+store, a file that will not inflate) keeps the mark, said to be unchecked
+(see `TraceFile.describe`).
 
 Naming (SPEC §2): a file in `…/plugins/profile/<run>/` belongs to run
 `<prefix>/<run>` (`<prefix>` = the path above `plugins/profile`, if any); any
@@ -108,6 +114,11 @@ REPORT_KEYS = ("trigger", "kind", "value", "threshold", "unit", "reason", "step"
 MAX_NAME_CHARS = 4096
 # What a JAX export beside its XSpace holds at most (the profiler's trace-events cap).
 JAX_EXPORT_CAP = 1_000_000
+# What JAX writes for each of the events its cap counts (compact JSON: `{"ph":"X",…}`), and how
+# much of an export's inflated content is scanned for them at most (1 M events of ~200 bytes
+# in real exports; past this the export is left unchecked).
+JAX_EXPORT_EVENT = b'"ph":"X"'
+EXPORT_SCAN_BYTES = 2 << 30
 JAX_EXPORT_SUFFIXES = (".trace.json.gz", ".trace.json")
 MAX_SKIPPED = 100  # entries of `Catalog.skipped` kept (the count goes on)
 # A PyTorch rank's `distributedInfo` is looked for in this much of its file's head (Kineto writes
@@ -131,17 +142,29 @@ class TraceFile:
     dev: int = 0
     ino: int = 0
     events_dir: str = ""  # the TensorBoard run folder whose event files hold this run's scalars
-    export_of: str = ""  # the host whose XSpace this file is JAX's capped export of, if it is one
+    export_of: str = ""  # the host whose XSpace this file is JAX's export of, if it is one
+    export_events: Optional[int] = None  # its events JAX's cap counts, up to the cap (None: not counted)
     rank: Optional[int] = None  # a PyTorch rank's `distributedInfo.rank` (see `distributed_info`)
     world_size: Optional[int] = None
 
     def describe(self) -> dict:
         out: dict = {"host": self.host, "format": self.format, "bytes": self.bytes}
         if self.export_of:
-            out["capped"] = {"events": JAX_EXPORT_CAP, "of": self.export_of,
-                             "note": f"JAX's export of {self.export_of}.xplane.pb, capped at "
-                                     f"{JAX_EXPORT_CAP:,} events: a long run's export covers only its "
-                                     f"start; the XSpace holds every event"}
+            out["export"] = export = {"of": self.export_of, "events": self.export_events, "cap": JAX_EXPORT_CAP}
+            xspace = f"{self.export_of}.xplane.pb"
+            if self.export_events is None:
+                export["note"] = (f"JAX's export of {xspace}, not checked against JAX's {JAX_EXPORT_CAP:,}-event "
+                                  f"cap: a long run's export covers only its start; the XSpace holds every event")
+                out["capped"] = {"events": JAX_EXPORT_CAP, "of": self.export_of, "checked": False,
+                                 "note": export["note"]}
+            elif self.export_events >= JAX_EXPORT_CAP:
+                export["note"] = (f"JAX's export of {xspace}, capped at {JAX_EXPORT_CAP:,} events: it covers "
+                                  f"only the run's start; the XSpace holds every event")
+                out["capped"] = {"events": JAX_EXPORT_CAP, "of": self.export_of, "checked": True,
+                                 "note": export["note"]}
+            else:
+                export["note"] = (f"JAX's export of {xspace}, whole: {self.export_events:,} events, "
+                                  f"under JAX's {JAX_EXPORT_CAP:,}-event cap")
         if self.rank is not None:
             out["rank"], out["world_size"] = self.rank, self.world_size
         return out
@@ -267,6 +290,40 @@ def _open_head(path: str, expect: Optional[FileIdentity], limit: int) -> BinaryI
     return open_regular(path, expect=expect)[0]
 
 
+def count_export_events(path: str, expect: Optional[FileIdentity] = None) -> Optional[int]:
+    """How many of the events JAX's export cap counts a JAX `trace.json(.gz)` holds, counted
+    up to `JAX_EXPORT_CAP` (reaching it means capped), or None when it cannot be told (an
+    object in a store, not read here; a file that will not open or inflate; past
+    `EXPORT_SCAN_BYTES`). A scan of the inflated bytes for `JAX_EXPORT_EVENT`, no JSON parse:
+    the pattern cannot hide inside a JSON string (its quotes would be escaped there)."""
+    if objectstore.is_url(path):
+        return None
+    n = 0
+    keep = len(JAX_EXPORT_EVENT) - 1  # a pattern cut by a chunk's end is found with the next one
+    tail = b""
+    try:
+        with open_regular(path, expect=expect)[0] as f:
+            gz = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+            seen = 0
+            while n < JAX_EXPORT_CAP:
+                raw = f.read(1 << 20)
+                if not raw:
+                    break
+                chunk = tail + (inflate.decompress(raw) if inflate is not None else raw)
+                seen += len(chunk) - len(tail)
+                if seen > EXPORT_SCAN_BYTES:
+                    return None
+                n += chunk.count(JAX_EXPORT_EVENT)
+                tail = chunk[-keep:]
+                if inflate is not None and inflate.eof:
+                    break
+    except (OSError, zlib.error, TraceError):
+        return None
+    return min(n, JAX_EXPORT_CAP)
+
+
 def split_trace_name(name: str) -> Optional[tuple[str, str]]:
     """(host, format) of a trace file's name, or None for a name no trace has."""
     for suffix, fmt in SUFFIXES:
@@ -387,6 +444,7 @@ class Catalog:
         self._reports: dict[str, tuple[tuple[int, int], Optional[dict]]] = {}  # path -> (size, mtime), report
         self._ranks: dict[str, tuple[FileIdentity, Optional[tuple[int, int]]]] = {}  # path -> (version, rank info)
         self._joins: dict[str, list[str]] = {}  # a run joining split JAX session folders -> the runs it joins
+        self._exports: dict[str, tuple[FileIdentity, Optional[int]]] = {}  # JAX export -> (version, its events)
         self.truncated = False
         self.skipped: list[dict] = []  # what the last walk left out, and why (at most MAX_SKIPPED)
         self.skipped_total = 0
@@ -673,7 +731,22 @@ class Catalog:
                 out[(shown_run, shown_host)] = TraceFile(shown_run, shown_host, path, fmt, st.st_size,
                                                          st.st_mtime_ns, st.st_dev, st.st_ino,
                                                          events_folder(os.path.dirname(path)), shown_of)
-        return out
+        return self._with_export_counts(out)
+
+    def _with_export_counts(self, files: dict[tuple[str, str], TraceFile]) -> dict[tuple[str, str], TraceFile]:
+        """Each JAX export's events up to the cap (`count_export_events`), counted once per version
+        of the file (as `_with_ranks`), so that only an export that reached the cap is called capped."""
+        seen: dict[str, tuple[FileIdentity, Optional[int]]] = {}
+        for key, tf in files.items():
+            if not tf.export_of:
+                continue
+            version = tf.identity()
+            known = self._exports.get(tf.path)
+            events = known[1] if known is not None and known[0] == version else count_export_events(tf.path, version)
+            seen[tf.path] = (version, events)
+            files[key] = replace(tf, export_events=events)
+        self._exports = seen
+        return files
 
 
 def _logdir(logdir: str) -> str:
