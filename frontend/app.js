@@ -2,7 +2,7 @@
 // Wires the other modules together; owns when to fetch (see policy.js).
 import {BASE, fetchEvent, fetchRunsIfChanged, getJson, routeUrl} from './api.js';
 import {el, ensureStylesheet, isolated, setChildren, setText, visible} from './dom.js';
-import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds} from './format.js';
+import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds, formatSummaryName} from './format.js';
 import {TraceLoader} from './loader.js';
 import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
 import {FLAG_SUMMARY, inputIndexOf} from './model.js';
@@ -13,7 +13,7 @@ import {Timeline} from './timeline.js';
 import {AggregatePanel, relSeconds} from './panels/aggregate.js';
 import {SearchBar} from './panels/search.js';
 import {StepStrip} from './panels/steps.js';
-import {HostPicker} from './panels/hosts.js';
+import {HostNotes, HostPicker, cappedWindowText, hostLabel} from './panels/hosts.js';
 import {SpreadPanel} from './panels/spread.js';
 import {hostEventOf, hostOfPid, isMerged, mergedNote} from './merged.js';
 import {installKeys} from './keys.js';
@@ -110,6 +110,7 @@ class Dashboard {
       if (this.hostSelect.value) this.selectHost(this.hostSelect.value);
     }});
     this.hostPicker = new HostPicker({onChange: (hosts) => this.hostsPicked(hosts)});
+    this.hostNotes = new HostNotes({onOpen: (host) => this.selectHost(host)}); // under the bar: a capped export, a cut file
     this.levelSelect = el('select', {'data-testid': 'level-select', 'aria-label': 'Level', onchange: () => this.setLevel(this.levelSelect.value)},
       LEVELS.map((l) => el('option', {value: l}, LEVEL_LABELS[l])));
     this.levelSelect.value = this.sel.level;
@@ -143,7 +144,7 @@ class Dashboard {
     this.waveBox = el('div', {class: 'tbr-wave-slot'});
     this.spreadBox = el('div', {class: 'tbr-spread-slot'});
     this.stepsBox = el('div', {class: 'tbr-steps-slot'});
-    this.app = el('div', {class: 'tbr-app'}, bar, this.statsBox,
+    this.app = el('div', {class: 'tbr-app'}, bar, this.hostNotes.element, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
       this.spreadBox, this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.details);
     root.replaceChildren(this.app);
@@ -389,9 +390,9 @@ class Dashboard {
   }
 
   fillHosts(runInfo) {
-    // JAX's capped export says so, and comes after the XSpace it was made from (the server's order).
-    setChildren(this.hostSelect, runInfo.hosts.map((h) => el('option', {value: h.host, title: h.capped ? h.capped.note : ''},
-      `${isolated(h.host)} (${h.format}, ${formatBytes(h.bytes)}${h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events` : ''})`)));
+    // JAX's export says whether its cap cut it, and comes after the XSpace it was made from (the server's order).
+    setChildren(this.hostSelect, runInfo.hosts.map((h) => el('option', {value: h.host,
+      title: h.capped ? h.capped.note : h.export ? h.export.note : ''}, hostLabel(h))));
     this.hostPicker.setHosts(runInfo.hosts, [this.sel.host]);
   }
 
@@ -402,7 +403,7 @@ class Dashboard {
     if (old) old.remove();
     if (this.multi()) {
       this.hostSelect.append(el('option', {value: '', 'data-merged': true, disabled: true},
-        `${this.sel.hosts.length} hosts, merged`));
+        `${formatCount(this.sel.hosts.length)} hosts, merged`));
       this.hostSelect.value = '';
     } else {
       this.hostSelect.value = this.sel.host;
@@ -535,7 +536,7 @@ class Dashboard {
     });
     this.inflight = {seq, job, controller, window, level, key, resolution};
     this.timelineBox.dataset.loading = '1';
-    this.setStatus(`Reducing ${this.multi() ? `${this.sel.hosts.length} hosts` : this.sel.host} at level ${level} on the server…`);
+    this.setStatus(`Reducing ${this.multi() ? `${formatCount(this.sel.hosts.length)} hosts` : this.sel.host} at level ${level} on the server…`);
     this.setProgress(0);
     this.pendingStats = null;
     getJson('stats', params, controller.signal).then((stats) => {
@@ -586,6 +587,7 @@ class Dashboard {
     this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
       full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, asked: resolution, model};
     this.labelLevels(tb, resolution);
+    groupSummaryCounts(model);
     this.timeline.setModel(model, dataWindow);
     this.steps.setModel(model);
     this.steps.setView(this.timeline.getView());
@@ -621,7 +623,7 @@ class Dashboard {
     this.inflight = null;
     this.timelineBox.dataset.loading = '0';
     this.setProgress(null);
-    const what = `${this.sel.run} / ${this.multi() ? `${this.sel.hosts.length} hosts` : this.sel.host}`;
+    const what = `${this.sel.run} / ${this.multi() ? `${formatCount(this.sel.hosts.length)} hosts` : this.sel.host}`;
     this.setStatus(`Could not load ${what}: ${err.message}`, 'tbr-error');
     if (!this.data) {
       const hint = err.status === 413 ? 'The file is over the server\'s input limit (--tb_reduce_max_input_mb).'
@@ -749,6 +751,7 @@ class Dashboard {
 
   renderStats() {
     const d = this.data;
+    this.renderHostNotes();
     if (!d) {
       setChildren(this.statsBox);
       return;
@@ -764,7 +767,7 @@ class Dashboard {
       ['file', `${formatBytes(fileBytes)} (${input.format || (host && host.format) || '?'})`],
     ];
     if (input.json_bytes && input.format !== 'xspace') original.push(['JSON', formatBytes(input.json_bytes)]);
-    const screen = tb.merged && tb.resolution ? ` per host, ${(tb.hosts || []).length} hosts`
+    const screen = tb.merged && tb.resolution ? ` per host, ${formatCount((tb.hosts || []).length)} hosts`
       : d.asked && tb.resolution === d.asked ? ', one per screen pixel' : '';
     const reduced = [
       ['level', `${tb.level ?? '?'}${d.requested === 'auto' ? ' (picked by auto)' : ''}${tb.resolution ? ` · ${formatCount(tb.resolution)} buckets${tb.bucket_us ? ` of ${formatDuration(tb.bucket_us)}` : ''}${screen}`
@@ -772,7 +775,8 @@ class Dashboard {
       ['events', `${formatCount(output.events)} (${formatRatio(output.events, input.events)})` +
         (output.summaries ? `, of which ${formatCount(output.summaries)} summaries` : '')],
       ['JSON', output.json_bytes !== undefined ? `${formatBytes(output.json_bytes)}${input.json_bytes && input.format !== 'xspace' ? ` (${formatRatio(output.json_bytes, input.json_bytes)})` : ''}` : '…'],
-      ['window', d.full ? `whole trace, ${formatDuration(d.window[1] - d.window[0])}` : `${formatDuration(d.window[1] - d.window[0])} of the trace`],
+      ['window', host && host.capped && !this.multi() ? this.cappedWindow(host, d)
+        : d.full ? `whole trace, ${formatDuration(d.window[1] - d.window[0])}` : `${formatDuration(d.window[1] - d.window[0])} of the trace`],
     ];
     const t = st && st.timings_s ? st.timings_s : null;
     const timing = [
@@ -780,10 +784,43 @@ class Dashboard {
     ];
     if (t && t.index !== undefined) timing.push(['steps', `index ${formatSeconds(t.index)} · plan ${formatSeconds(t.plan)} · write ${formatSeconds(t.write)}`]);
     if (d.model.timing) timing.push(['browser', `receive ${formatDuration(d.model.timing.receive_ms * 1000)} · parse ${formatDuration(d.model.timing.parse_ms * 1000)}`]);
-    const card = (title, rows, cls) => el('div', {class: `tbr-card ${cls}`}, el('h4', {}, title),
+    const card = (title, rows, cls) => el('div', {class: `tbr-card ${cls}`, 'data-testid': `card-${cls.slice('tbr-card-'.length)}`}, el('h4', {}, title),
       el('dl', {}, rows.map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
     setChildren(this.statsBox, card('Original', original, 'tbr-card-in'), el('div', {class: 'tbr-arrow', 'aria-hidden': 'true'}, '→'),
       card('Reduced', reduced, 'tbr-card-out'), card('Reduction took', timing, 'tbr-card-time'));
+  }
+
+  /** The line under the pickers (panels/hosts.js HostNotes): a capped JAX export's note, a file cut mid-event. */
+  renderHostNotes() {
+    const host = this.multi() ? null : this.hostInfo();
+    const d = this.data;
+    const tb = d ? d.model.tb || {} : {};
+    const st = d && this.stats && this.stats.level === tb.level ? this.stats : null;
+    const truncated = !!((tb.input && tb.input.truncated) || (st && st.input && st.input.truncated));
+    this.hostNotes.show({host, truncated});
+  }
+
+  /**
+   * The Reduced card's window for JAX's capped export: the span it covers of its XSpace's, which
+   * is the XSpace host's extent (known once it was shown, else asked once of its stats: it indexes
+   * the XSpace, which the run opens first anyway).
+   */
+  cappedWindow(host, d) {
+    const xspace = host.capped.of;
+    const key = `${this.sel.run}\u0000${xspace}`;
+    const ext = this.extents.get(key);
+    if (!ext && !this.extentAsked.has(key)) {
+      this.extentAsked.add(key);
+      getJson('stats', viewParams({run: this.sel.run, host: xspace, level: '4'})).then((st) => {
+        const w = st && st.window_us;
+        if (Array.isArray(w) && w[1] > w[0] && !this.extents.has(key)) this.extents.set(key, w.slice());
+        this.renderStats();
+      }).catch(() => this.extentAsked.delete(key));
+    }
+    const own = this.extents.get(this.key()) || d.window;
+    return el('span', {'data-testid': 'capped-window', class: 'tbr-capped-window'},
+      cappedWindowText(own[1] - own[0], ext ? ext[1] - ext[0] : null), ' ',
+      el('button', {type: 'button', class: 'tbr-linkish', onclick: () => this.selectHost(xspace)}, 'open it'));
   }
 
   // ---- search, range statistics, marks (issue 13) ---------------------------------
@@ -1016,8 +1053,8 @@ class Dashboard {
     const marks = [...this.currentMarks().values()];
     this.timeline.setMarks(marks);
     this.marksBox.hidden = !marks.length;
-    this.marksCount.textContent = `\u2691 ${marks.length}`;
-    const label = `${marks.length} ${marks.length === 1 ? 'mark' : 'marks'}`;
+    this.marksCount.textContent = `\u2691 ${formatCount(marks.length)}`;
+    const label = `${formatCount(marks.length)} ${marks.length === 1 ? 'mark' : 'marks'}`;
     this.marksCount.setAttribute('aria-label', `${label}: go to the next one`);
     this.marksCount.title = `${label} (m toggles one on the selected slice) — click to go to the next:\n` +
       marks.map((mk) => `• ${mk.name} at ${relSeconds(mk.ts - this.origin())}`).join('\n');
@@ -1190,13 +1227,30 @@ function withTimes(rows, ts, origin) {
 }
 
 /** An event's fields and args as a key/value table; values are text (JSON for structures). */
+/**
+ * Summary slices' names ("<top> (+N more)", as the server writes them) with N grouped as every
+ * count shown (format.js formatSummaryName), once per loaded model: the canvas label, the tooltip
+ * and the details all read `model.names`. Only the names summaries use are rewritten.
+ */
+function groupSummaryCounts(model) {
+  const s = model.slices;
+  if (!s || !Array.isArray(model.names)) return;
+  const done = new Set();
+  for (let i = 0; i < s.count; i += 1) {
+    if (!(s.flags[i] & FLAG_SUMMARY) || done.has(s.name[i])) continue;
+    done.add(s.name[i]);
+    model.names[s.name[i]] = formatSummaryName(model.names[s.name[i]]);
+  }
+}
+
+/** The runs with traces, the timeline's: a run of TensorBoard event files only (`scalars_only`) is the waveform panel's. */
 function renderEvent(event, input) {
   const fields = Object.entries(event || {}).filter(([key]) => key !== 'args');
   const args = event && event.args && typeof event.args === 'object' ? Object.entries(event.args) : [];
   const row = ([key, value]) => el('tr', {}, el('th', {}, key),
     el('td', {}, typeof value === 'string' ? value : el('code', {}, JSON.stringify(value))));
   return [
-    el('h4', {}, `Arguments (${args.length})`),
+    el('h4', {}, `Arguments (${formatCount(args.length)})`),
     args.length ? el('table', {class: 'tbr-kv', 'data-testid': 'details-args'}, args.map(row)) : el('p', {class: 'tbr-muted'}, 'none'),
     el('h4', {}, `Event #${input}`),
     el('table', {class: 'tbr-kv'}, fields.map(row)),

@@ -76,3 +76,14 @@ export function formatRatio(part, whole) {
   const pct = (100 * part) / whole;
   return `${pct < 1 ? pct.toFixed(2) : pct < 10 ? pct.toFixed(1) : pct.toFixed(0)} %`;
 }
+
+/**
+ * A summary slice's name as the server writes it, "<top name> (+N more)" (writer.py: the wire
+ * format Perfetto and the reference checker read), with N grouped as every count the dashboard
+ * shows: "aten::add (+326,585 more)". Any other name is returned as it is.
+ */
+export function formatSummaryName(name) {
+  const text = String(name);
+  const m = /^([\s\S]*) \(\+(\d+) more\)$/.exec(text);
+  return m ? `${m[1]} (+${formatCount(Number(m[2]))} more)` : text;
+}

@@ -2,7 +2,61 @@
 // "All" and "None". One host checked is the single-host view (the host select shows it);
 // several are the merged view (`trace?hosts=…`). Native checkboxes and buttons, so Tab,
 // Space and Enter work as everywhere; Esc closes the list and gives the button focus back.
-import {bdi, el, setChildren} from '../dom.js';
+import {bdi, el, isolated, setChildren} from '../dom.js';
+import {formatBytes, formatCount, formatDuration} from '../format.js';
+
+/** What a half-written file (a profiler still writing, or one that died) is shown as: the server read it
+ * up to its last complete event and said so (`truncated` in the trace's and the stats' `input`). */
+export const INCOMPLETE_NOTE = 'incomplete: the file ends mid-event (still being written, or its writer died); ' +
+  'shown up to its last complete event';
+
+/**
+ * A host's option in the host select: its name, format and size, and, for JAX's export of an
+ * XSpace, whether JAX's event cap cut it (the server counted: `capped` only when it did).
+ */
+export function hostLabel(h) {
+  const kind = h.capped ? `, JAX export capped at ${formatCount(h.capped.events)} events`
+    : h.export ? ', JAX export, whole' : '';
+  return `${isolated(h.host)} (${h.format}, ${formatBytes(h.bytes)}${kind})`;
+}
+
+/**
+ * The Reduced card's window for a capped export: how much of its XSpace's span the export
+ * covers (both in µs; the XSpace's null while unknown), and where the whole run is.
+ */
+export function cappedWindowText(exportSpanUs, xspaceSpanUs) {
+  const of = Number.isFinite(xspaceSpanUs) && xspaceSpanUs > 0 ? ` of ${formatDuration(xspaceSpanUs)}` : ' of its XSpace\'s span';
+  return `export capped: covers ${formatDuration(exportSpanUs)}${of}; open the XSpace host for the whole run`;
+}
+
+/**
+ * The line under the pickers: what the picker's option can only hint at, whole and readable —
+ * a capped JAX export's note (a select's option is cut to its width, a title shows only on
+ * hover) and an incomplete file's. `onOpen(host)`: the capped export's "open the XSpace" button.
+ */
+export class HostNotes {
+  constructor({onOpen} = {}) {
+    this.onOpen = onOpen || (() => {});
+    this.element = el('div', {class: 'tbr-host-notes', 'data-testid': 'host-notes', hidden: true});
+  }
+
+  /** `host`: the shown host's listing ({capped, export, …}) or null; `truncated`: its file was cut mid-event. */
+  show({host = null, truncated = false} = {}) {
+    const lines = [];
+    if (host && host.capped) {
+      lines.push(el('p', {class: 'tbr-host-note tbr-host-capped', 'data-testid': 'capped-note'},
+        '\u26a0 ', host.capped.note, ' ',
+        el('button', {type: 'button', class: 'tbr-linkish', 'data-testid': 'open-xspace',
+          onclick: () => this.onOpen(host.capped.of)}, 'Open ', bdi(host.capped.of), ' (the XSpace)')));
+    }
+    if (truncated) {
+      lines.push(el('p', {class: 'tbr-host-note tbr-host-incomplete', 'data-testid': 'incomplete-note'},
+        '\u26a0 ', host ? [bdi(host.host), ': '] : '', INCOMPLETE_NOTE));
+    }
+    setChildren(this.element, lines);
+    this.element.hidden = !lines.length;
+  }
+}
 
 export class HostPicker {
   /** `onChange(hosts)`: the checked hosts, in the run's order (possibly none). */
@@ -74,7 +128,7 @@ export class HostPicker {
 
   label() {
     const n = this.checked.size;
-    this.toggle.textContent = n > 1 ? `Hosts: ${n} of ${this.hosts.length}` : 'Hosts…';
+    this.toggle.textContent = n > 1 ? `Hosts: ${formatCount(n)} of ${formatCount(this.hosts.length)}` : 'Hosts…';
     this.toggle.classList.toggle('tbr-primary', n > 1);
   }
 }
