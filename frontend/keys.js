@@ -6,7 +6,10 @@
 // root; the others are handled where they live (the timeline's W/A/S/D and mouse, the
 // search box's Enter, the step strip's arrows) and are listed for the overlay only.
 // Keys are ignored while the user types in a text field or a select, except Esc; never
-// with Ctrl, Alt or Meta (the browser's and TensorBoard's own shortcuts stay theirs).
+// with Ctrl, Alt or Meta (the browser's and TensorBoard's own shortcuts stay theirs). A select
+// that kept the focus after a pick is not typed in while the pointer is over the timeline: the
+// keys are the dashboard's then (the timeline's ownsKey says so), never the select's type-ahead
+// (`f` to frame a slice would otherwise switch to a run whose name starts with f).
 // App methods are called only when present (`app.focusSearch?.()`): the search, marks
 // and framing are their own modules.
 import {el, setChildren} from './dom.js';
@@ -105,10 +108,16 @@ export class Keys {
       if (e.key === 'Tab' && this.helpOpen()) this.trapTab(e);
       return;
     }
-    if (isTyping(e.target) && !b.typing) return;
+    if (isTyping(e.target) && !b.typing && !this.timelineOwns(e.target)) return;
     e.preventDefault();
     e.stopPropagation(); // handled: the timeline's window listener does not see it
     b.action(this.app, this);
+  }
+
+  /** A key on `target` (a picker with the focus) belongs to the timeline under the pointer (timeline.js). */
+  timelineOwns(target) {
+    const tl = this.app.timeline;
+    return !!tl && typeof tl.ownsKey === 'function' && target.tagName === 'SELECT' && tl.ownsKey(target);
   }
 
   helpOpen() {

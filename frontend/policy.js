@@ -32,16 +32,30 @@ export function screenResolution(cssWidth, dpr) {
  *   `bucketUs` is the answer's own (`tb_reduce.bucket_us`): a level's bucket count or, at
  *   `auto`, the screen's `resolution`, so both refetch by the same rule
  * @param plotWidth visible plot width in px
+ * @param extent the whole trace's [t0, t1] when known (the one fetchWindow clipped the fetch to)
+ *
+ * The data covers the view when it holds the part of the view the trace has: view ∩ extent.
+ * A view may reach past the trace's start or end (setView keeps only its centre on the trace:
+ * a search hit at t≈0 framed with its span on each side), and fetchWindow clips the fetch to
+ * the trace, so asking for the view itself would never be satisfied and refetch forever (it
+ * did: 100 fetches in 4 s). A view with nothing of the trace in it needs no fetch either.
  */
-export function needsFetch(view, data, plotWidth) {
+export function needsFetch(view, data, plotWidth, extent = null) {
   if (!data) return true;
   const [v0, v1] = view;
   const [d0, d1] = data.window;
   const span = v1 - v0;
+  let c0 = v0;
+  let c1 = v1;
+  if (extent) {
+    c0 = Math.max(v0, extent[0]);
+    c1 = Math.min(v1, extent[1]);
+    if (!(c1 >= c0)) return false; // the view shows none of the trace: nothing to fetch
+  }
   // float noise at epoch-µs times (a double holds ~16 digits) and the 1 ns rounding of URLs; not more:
   // a relative 1e-6 would be 5 s at PyTorch's 5e12 µs clock, so panning out of the data never refetched
   const slack = 1e-15 * Math.max(Math.abs(d0), Math.abs(d1), 1) + 2e-3;
-  const inside = data.full ? v1 >= d0 && v0 <= d1 : v0 >= d0 - slack && v1 <= d1 + slack;
+  const inside = data.full ? c1 >= d0 && c0 <= d1 : c0 >= d0 - slack && c1 <= d1 + slack;
   if (!inside) return true;
   if (data.level === 0) return false; // lossless: nothing finer to get
   const zoom = (d1 - d0) / span;

@@ -24,6 +24,8 @@ import {shortHostNames, shortLabel} from './merged.js';
 import {KIND_OF_HIT, TRACK_KINDS} from './tracks/index.js';
 
 const MIN_SPAN_US = 1e-3;
+/** <input> types that take no text: W/A/S/D on them are not typing. */
+const NON_TEXT_INPUTS = new Set(['checkbox', 'radio', 'button', 'submit', 'reset', 'range', 'color', 'file', 'image']);
 /** Framing an event (a search hit, the selection): its span with this much of it on each side… */
 const FRAME_PAD = 1;
 /** …and at least this wide a window (µs), so an instant or a 100 ns kernel has context. */
@@ -1019,17 +1021,35 @@ export class Timeline {
     tip.style.transform = `translate(${Math.round(left)}px, ${Math.round(top)}px)`;
   }
 
+  /**
+   * Whether a keydown on `target` is the timeline's: always with the focus on the canvas, never
+   * in a text field (the search box keeps its letters wherever the pointer rests). A picker or a
+   * button that still has the focus after a click (the run select) gives its keys to the timeline
+   * while the pointer is over it: a <select> would otherwise take W/A/S/D as type-ahead and switch
+   * the run (it did, on D). Elsewhere, as before, the keys are the timeline's.
+   * keys.js asks the same of its own shortcuts.
+   */
+  ownsKey(target) {
+    if (!target || target.nodeType !== 1 || target === this.canvas) return true;
+    if (target.isContentEditable || target.tagName === 'TEXTAREA') return false;
+    if (target.tagName === 'INPUT' && !NON_TEXT_INPUTS.has(String(target.type || 'text').toLowerCase())) return false;
+    if (/^(INPUT|SELECT|BUTTON|OPTION)$/.test(target.tagName)) return this.mouse.inside;
+    return true;
+  }
+
   /** W/S zoom around the pointer, A/D pan: smooth while held, like Perfetto and chrome://tracing. */
   onKey(e, down) {
-    const target = e.target;
-    if (target && /^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(target.tagName)) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const key = e.key.toLowerCase();
     if (!'wasd'.includes(key) || key.length !== 1) return;
+    if (!down) { // a release ends the key wherever it lands (the focus may have moved while it was held)
+      if (this.keys.delete(key)) e.preventDefault();
+      return;
+    }
+    if (!this.ownsKey(e.target)) return;
     if (!this.view) return;
-    e.preventDefault();
-    if (down) this.keys.add(key);
-    else this.keys.delete(key);
+    e.preventDefault(); // never the focused picker's type-ahead
+    this.keys.add(key);
     if (down && !this.keyLoop) {
       let last = performance.now();
       const step = (now) => {
