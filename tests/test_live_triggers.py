@@ -16,6 +16,7 @@ from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.live.triggers import (
     DEFAULT_TRIGGERS,
     MIN_HISTORY,
+    WARMUP_STEPS,
     Firing,
     RateLimiter,
     StepHistory,
@@ -56,8 +57,11 @@ def _steps(times_ms: list[float], t0_ms: float = 0.0, first: int = 0, every_ms: 
 
 def _fire(tmp_path: Path, events: list[dict[str, Any]], *specs: str, history: Optional[StepHistory] = None,
           name: str = "w.json") -> list[Firing]:
+    """The firings of one window; by default judged by a sidecar past its run's warm-up (no
+    baseline yet): these tests are about what each trigger measures, the warm-up has its own."""
     path = write_trace(tmp_path / name, {"traceEvents": events})
-    return evaluate([parse_trigger(s) for s in specs], index_file(path), history if history is not None else StepHistory())
+    history = history if history is not None else StepHistory(seen=WARMUP_STEPS)
+    return evaluate([parse_trigger(s) for s in specs], index_file(path), history)
 
 
 # ---- step:Kx -------------------------------------------------------------------------

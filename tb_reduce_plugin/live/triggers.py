@@ -6,8 +6,9 @@ trigger fires on it. Three kinds, each given as a spec (`--trigger`, repeatable)
 - `step:Kx` — a step took more than K × the median of the previous 20 steps. The
   previous steps span windows (`StepHistory`), so the first step of a window is
   judged against the last window's steps. A step with fewer than `MIN_HISTORY` (5)
-  previous steps does not fire: a median of one or two steps is no baseline, and the
-  first steps of a run (warm-up, compilation) are routinely slow.
+  previous steps does not fire: a median of one or two steps is no baseline. The
+  baseline is a median, so the run's slow first steps (below) only raise it while
+  they are among the previous steps: they can hide an anomaly then, never make one.
 - `stall:T` — while a step runs, no new slice begins for longer than T on the main
   thread (the track of the step markers) or on a device. Measured per step as the
   largest gap between consecutive slice starts inside it, counting the step's start
@@ -27,6 +28,31 @@ trigger fires on it. Three kinds, each given as a spec (`--trigger`, repeatable)
   pattern, and refuses at compile time what would need backtracking (backreferences,
   look-around) or too much memory (`a{99999999999}`).
 
+Warm-up. The first steps of a run are slow for reasons that are no anomaly (compilation,
+allocator and cache warm-up, the first collective building its communicators, data
+loader workers starting): a user's CPU torch loop fired `step:2x` on them. So the
+first `WARMUP_STEPS` (5) steps of a run are never judged, by any trigger: no step,
+stall or name firing is reported for them (a name firing outside every step still
+is). They do count in the step baseline (see above). A run is the steps the sidecar
+has seen since it first saw one, or since a step number fell more than `HISTORY` (20)
+below the highest one seen: the training run was started again, or resumed from an
+older checkpoint, and warms up again; the steps of the run before are then no
+baseline (another batch size, another machine) and are forgotten. A smaller drop is
+not a new run: windows of several hosts, or windows handed over out of order, go
+back a few steps, and a profiler started afresh for each short window numbers its
+steps from 0 every time (its windows would otherwise never leave the warm-up). The
+count is `StepHistory`'s, kept with it across sidecar restarts.
+
+Already judged steps. A file still being written is reduced as partial windows, then
+once more whole: the whole version holds the partial's steps again. Told the window's
+source (the raw file), `evaluate` judges each step of it once (a step is known by its
+source, number and start time, the last `JUDGED_KEEP` remembered by `StepHistory`)
+and adds it to the history once: a step seen again fires nothing, counts once in the
+baseline and once in the warm-up. A name firing outside every step is reported once
+per source likewise (by trigger and interval). By source, not by step alone: two
+files may hold the same steps (a copy landed twice), and two hosts' steps may share
+numbers; only a second version of the same file is the same window again.
+
 Units of T: ns, us (µs), ms, s. Comparisons: a step fires strictly above K × median,
 a stall strictly longer than T, a name rule at T or longer (as the spec words them).
 
@@ -40,15 +66,27 @@ that is preserved anyway, and its report stays small.
 `RateLimiter` keeps preserved evidence bounded, like Perfetto's trigger limits: per
 trigger spec at most `max_per_hour` firings acted on in any hour, and none within
 `cooldown_s` of the last one (defaults 6 per hour, 60 s: a recurring anomaly keeps
-a few samples an hour instead of filling the disk with copies of itself).
+a few samples an hour instead of filling the disk with copies of itself). A false
+positive must not hide a real anomaly behind its cool-down (a 282.6 ms gap under CPU
+load fired `stall:250ms`, and the injected 618 ms stall 20 s later was only logged as
+rate-limited), so a firing's severity counts: value / threshold (how far past its
+threshold it is). A firing within the cool-down is still acted on when its severity
+is at least `ESCALATION` (1.5) × that of the last firing of its spec acted on; and one
+past the hour's cap when it is at least 1.5 × every severity acted on in that hour.
+Each such exception must outdo the last by half as much again, so a slowly growing
+anomaly cannot flood the disk either (from a severity of 1 to 1,000, at most 17 more
+an hour). Asked about a spec alone (no measurement), the limiter applies the plain
+limits. `summarize_suppressed` says in one line what was held back in a window,
+instead of one log line per firing (a 2-minute run logged ~90 of those).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -62,6 +100,10 @@ from ..waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive
 
 HISTORY = 20  # previous steps a step's time is compared with
 MIN_HISTORY = 5  # fewer previous steps than this: no baseline, the step trigger does not fire
+WARMUP_STEPS = 5  # a run's first steps: judged by no trigger (see the module docstring)
+JUDGED_KEEP = 2048  # steps remembered as judged (source, number, start): a window seen again fires nothing twice
+NAMED_KEEP = 256  # name firings outside every step remembered as reported
+ESCALATION = 1.5  # a firing this × more severe passes the cool-down and the hourly cap
 MAX_FIRINGS = 100  # per trigger and window
 DEFAULT_TRIGGERS = ("step:2x", "stall:250ms")
 DEFAULT_MAX_PER_HOUR = 6
@@ -116,17 +158,34 @@ def _step_number(x: Optional[float]) -> Any:
     return int(x) if float(x).is_integer() else float(x)
 
 
+StepKey = tuple[int, float, float]  # (source id, step number, start µs): a step, as a window seen again holds it
+NamedKey = tuple[int, str, float, float]  # (source id, spec, start µs, end µs): a name firing outside every step
+
+
 class StepHistory:
-    """The last `HISTORY` step times (ms) seen, across windows, oldest first.
+    """What the triggers remember across windows (and, through `to_json`, across sidecar
+    restarts): the last `HISTORY` step times (ms) seen, oldest first, the baseline of
+    `step:Kx`; how many steps of the current run were seen (the warm-up) and the
+    highest step number among them (a fall far below it starts a new run); and which
+    steps were judged already (see the module docstring).
 
     Only finite times are kept: a hostile or damaged step must not poison the median.
     """
 
-    def __init__(self, times_ms: Iterable[float] = (), size: int = HISTORY) -> None:
+    def __init__(self, times_ms: Iterable[float] = (), size: int = HISTORY, seen: Optional[int] = None) -> None:
         self._times: deque[float] = deque(maxlen=size)
         self.extend(times_ms)
+        # Steps of this run seen so far: by default those whose times are given (a history of
+        # 20 steps is one past its run's warm-up).
+        self.seen = len(self._times) if seen is None else max(int(seen), 0)
+        self.highest: Optional[float] = None  # the highest step number of this run, once one is seen
+        self._judged: deque[StepKey] = deque(maxlen=JUDGED_KEEP)
+        self._judged_set: set[StepKey] = set()
+        self._named: deque[NamedKey] = deque(maxlen=NAMED_KEEP)
+        self._named_set: set[NamedKey] = set()
 
     def extend(self, times_ms: Iterable[float]) -> None:
+        """Step times into the baseline (no other bookkeeping: `evaluate` does that)."""
         self._times.extend(float(x) for x in times_ms if math.isfinite(x))
 
     def times(self) -> list[float]:
@@ -140,15 +199,86 @@ class StepHistory:
     def __len__(self) -> int:
         return len(self._times)
 
-    def to_json(self) -> list[float]:
-        """For a sidecar that keeps its baseline across restarts."""
-        return self.times()
+    @property
+    def warming_up(self) -> bool:
+        """Whether the next step seen would still be one of its run's warm-up steps."""
+        return self.seen < WARMUP_STEPS
+
+    def judged(self, source: str, step: float, start_us: float) -> bool:
+        """Whether the step numbered `step` that began at `start_us`, in a window of `source`,
+        was judged already."""
+        return (source_id(source), float(step), float(start_us)) in self._judged_set
+
+    def _remember(self, key: StepKey) -> None:
+        if key in self._judged_set:
+            return
+        if len(self._judged) == self._judged.maxlen:
+            self._judged_set.discard(self._judged[0])
+        self._judged.append(key)
+        self._judged_set.add(key)
+
+    def _reported(self, key: NamedKey) -> bool:
+        return key in self._named_set
+
+    def _report(self, key: NamedKey) -> None:
+        if key in self._named_set:
+            return
+        if len(self._named) == self._named.maxlen:
+            self._named_set.discard(self._named[0])
+        self._named.append(key)
+        self._named_set.add(key)
+
+    def _new_run(self) -> None:
+        self._times.clear()
+        self.seen = 0
+        self.highest = None
+
+    def to_json(self) -> dict[str, Any]:
+        """For a sidecar that keeps its baseline, warm-up count and judged steps across restarts
+        (strict JSON: non-finite keys are left out, they never match anyway)."""
+        return {"times": self.times(), "seen": self.seen,
+                "highest": self.highest if self.highest is not None and math.isfinite(self.highest) else None,
+                "judged": [[i, s, t] for i, s, t in self._judged if math.isfinite(s) and math.isfinite(t)],
+                "named": [[i, k, a, b] for i, k, a, b in self._named if math.isfinite(a) and math.isfinite(b)]}
 
     @classmethod
     def from_json(cls, doc: Any) -> StepHistory:
-        if not isinstance(doc, list):
+        """What `to_json` wrote; also the older format, a plain list of step times (whose
+        steps count as seen: that sidecar was judging them already). Anything else, or a
+        damaged part, gives an empty history or leaves that part out."""
+        if isinstance(doc, list):
+            return cls(_numbers(doc))
+        if not isinstance(doc, dict):
             return cls()
-        return cls(float(x) for x in doc if isinstance(x, (int, float)) and not isinstance(x, bool))
+        times = _numbers(doc.get("times")) if isinstance(doc.get("times"), list) else []
+        seen = doc.get("seen")
+        h = cls(times, seen=seen if _is_number(seen) and math.isfinite(seen) else None)
+        if _is_number(doc.get("highest")) and math.isfinite(doc["highest"]):
+            h.highest = float(doc["highest"])
+        for key in doc.get("judged") if isinstance(doc.get("judged"), list) else []:
+            if (isinstance(key, list) and len(key) == 3 and all(_is_number(x) for x in key)
+                    and isinstance(key[0], int)):
+                h._remember((key[0], float(key[1]), float(key[2])))
+        for item in doc.get("named") if isinstance(doc.get("named"), list) else []:
+            if (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int) and not isinstance(item[0], bool)
+                    and isinstance(item[1], str) and _is_number(item[2]) and _is_number(item[3])):
+                h._report((item[0], item[1], float(item[2]), float(item[3])))
+        return h
+
+
+def source_id(source: str) -> int:
+    """A window's source (the raw file's path) as 48 bits: the judged steps are remembered,
+    and saved, by it (a path may be long; two sources alike in 48 bits are very rare, and
+    would only share their judged steps, which also need equal step numbers and starts)."""
+    return int.from_bytes(hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=6).digest(), "big")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _numbers(doc: list) -> list[float]:
+    return [float(x) for x in doc if _is_number(x)]
 
 
 @dataclass(frozen=True)
@@ -163,9 +293,11 @@ class Trigger:
     query: Optional[NameQuery] = field(default=None, compare=False, repr=False)  # name: REGEX compiled by RE2
 
     def check(self, table: EventTable, steps: StepSeries, history: StepHistory) -> list[Firing]:
-        """The firings in `table` (whose steps are `steps`); `history` is read, never changed."""
+        """The firings in `table` (whose steps are `steps`), every step judged: the measurement
+        alone. `history` is read (the step baseline), never changed; skipping the warm-up and
+        the steps judged already is `evaluate`'s."""
         if self.kind == STEP:
-            out = _check_step(self, steps, history)
+            out = _check_step(self, steps, history.times(), history.size)
         elif self.kind == STALL:
             out = _check_stall(self, table, steps)
         else:
@@ -241,43 +373,170 @@ def parse_triggers(specs: Optional[Sequence[str]]) -> list[Trigger]:
 
 
 def evaluate(triggers: Sequence[Trigger], index_or_table: Any, history: StepHistory,
-             steps: Optional[StepSeries] = None) -> list[Firing]:
+             steps: Optional[StepSeries] = None, source: Optional[str] = None) -> list[Firing]:
     """Run every trigger on one window (a `TraceIndex` or an `EventTable`), steps derived once
     (or given: the window writer derived them already).
 
     Returns the firings, trigger by trigger in the order given, each trigger's in time
-    order; then appends the window's steps to `history`, so the next window's steps
-    are judged against them.
+    order, for the steps past their run's warm-up (see the module docstring); then
+    records the window's steps in `history` (baseline, warm-up count), so the next
+    window's steps are judged against them. `source` names the raw file the window was
+    read from (its path): a step of a window of the same source judged already (a
+    partial window, then the file whole) is not judged, counted nor fired on again. A
+    window of no named source is judged whole: two files may hold the same steps (a
+    copy), and only their source tells a second version of a file from another file.
     """
     table: EventTable = getattr(index_or_table, "table", index_or_table)
     steps = derive(table) if steps is None else steps
+    src = None if source is None else source_id(source)
+    plan = _plan(history, steps, src)
+    judged = plan.new[~plan.warm]  # indices into `steps` of the steps judged now
     out: list[Firing] = []
     for trigger in triggers:
-        out.extend(trigger.check(table, steps, history))
-    history.extend(steps.step_time_ms.tolist())
+        if trigger.kind == STEP:
+            fired = _check_step_runs(trigger, steps, history, plan)
+        elif trigger.kind == STALL:
+            fired = _check_stall(trigger, table, _subset(steps, judged))
+        else:
+            judge = np.zeros(len(steps), dtype=bool)
+            judge[judged] = True
+            fired = _check_name(trigger, table, steps, judge=judge, history=history, source=src)
+        out.extend(fired[:MAX_FIRINGS])
+    _commit(history, steps, plan, src)
+    for f in out:
+        if src is not None and f.kind == NAME and f.step is None:
+            history._report((src, f.trigger, f.start_us, f.end_us))
     return out
+
+
+@dataclass
+class _Plan:
+    """Which of a window's steps are new, which of those warm up, where their run began."""
+
+    new: np.ndarray  # indices into the window's steps of those not judged before, in order
+    warm: np.ndarray  # per new step: one of its run's first WARMUP_STEPS
+    run_start: np.ndarray  # per new step: the position in `new` where its run began, -1 before this window
+    seen: int  # the history's count of its run's steps once these are in
+    highest: Optional[float]
+
+
+def _keys(steps: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(step number, start) as one complex number each, for vectorised set operations."""
+    return steps.astype(np.float64) + 1j * starts.astype(np.float64)
+
+
+def _plan(history: StepHistory, steps: StepSeries, source: Optional[int]) -> _Plan:
+    """Vectorised over the window's steps (a hostile window may hold millions); only a
+    window with a restart walks its steps in Python, once."""
+    n = len(steps)
+    number = np.asarray(steps.step, dtype=np.float64)
+    keys = _keys(number, np.asarray(steps.start_us, dtype=np.float64))
+    fresh = np.ones(n, dtype=bool)
+    finite = np.flatnonzero(np.isfinite(keys.real) & np.isfinite(keys.imag))  # a NaN key never matches: new
+    if source is not None and len(finite):
+        k = keys[finite]
+        again = np.ones(len(k), dtype=bool)
+        again[np.unique(k, return_index=True)[1]] = False  # a step twice in one window: the first is judged
+        mine = [(s, t) for i, s, t in history._judged if i == source]
+        if mine:
+            again |= np.isin(k, _keys(*np.asarray(mine, dtype=np.float64).T))
+        fresh[finite[again]] = False
+    new = np.flatnonzero(fresh)
+    nums = number[new]
+    high = history.highest
+    before = np.fmax.accumulate(np.concatenate(([np.nan if high is None else high], nums)))[:-1]
+    restart = np.isfinite(nums) & (nums < before - HISTORY)  # vs the highest so far, as if no run began here
+    if restart.any():  # a run starts again (the module docstring): the highest is its own from there
+        restart[:] = False
+        h = high
+        for pos, x in enumerate(nums.tolist()):
+            if not math.isfinite(x):
+                continue
+            if h is not None and x < h - HISTORY:
+                restart[pos] = True
+                h = None
+            h = x if h is None else max(h, x)
+    pos = np.arange(len(new))
+    run_start = np.maximum.accumulate(np.where(restart, pos, -1)) if len(new) else pos
+    run_pos = np.where(run_start < 0, history.seen + pos, pos - run_start)
+    seen = int(run_pos[-1]) + 1 if len(new) else history.seen
+    if len(new):
+        last = int(run_start[-1])
+        tail = nums[max(last, 0):]
+        top = np.fmax.reduce(tail[np.isfinite(tail)], initial=-np.inf) if np.isfinite(tail).any() else math.nan
+        if last < 0 and high is not None:
+            top = max(high, top) if math.isfinite(top) else high
+        highest = float(top) if math.isfinite(top) else (None if last >= 0 else high)
+    else:
+        highest = high
+    return _Plan(new, run_pos < WARMUP_STEPS, run_start, seen, highest)
+
+
+def _commit(history: StepHistory, steps: StepSeries, plan: _Plan, source: Optional[int]) -> None:
+    """The new steps into `history`: only the tails that it keeps are walked."""
+    new = plan.new
+    if len(new):
+        last = int(plan.run_start[-1])
+        if last >= 0:
+            history._new_run()
+        run = new[max(last, 0):]
+        times = steps.step_time_ms[run]
+        history.extend(times[np.isfinite(times)][-history.size:].tolist())
+        tail = new[-JUDGED_KEEP:] if source is not None else new[:0]
+        for s, t in zip(steps.step[tail].tolist(), steps.start_us[tail].tolist()):
+            if math.isfinite(s) and math.isfinite(t):
+                history._remember((source, float(s), float(t)))
+    history.seen, history.highest = plan.seen, plan.highest
+
+
+def _subset(steps: StepSeries, idx: np.ndarray) -> StepSeries:
+    """The steps at `idx` (in that order), as a series of their own."""
+    return replace(steps, step=steps.step[idx], start_us=steps.start_us[idx], end_us=steps.end_us[idx],
+                   busy_ms={c: v[idx] for c, v in steps.busy_ms.items()})
 
 
 # ---- step:Kx -------------------------------------------------------------------------
 
 
-def _check_step(trigger: Trigger, steps: StepSeries, history: StepHistory) -> list[Firing]:
+def _check_step_runs(trigger: Trigger, steps: StepSeries, history: StepHistory, plan: _Plan) -> list[Firing]:
+    """`step:Kx` on a window's new steps, run by run: a step after a restart is judged
+    against its own run's steps only; warm-up steps are measured (they are the next
+    steps' baseline) but never fire."""
+    return _check_step(trigger, _subset(steps, plan.new), history.times(), history.size, judge=~plan.warm,
+                       run_start=plan.run_start)
+
+
+def _check_step(trigger: Trigger, steps: StepSeries, past_ms: Sequence[float], size: int,
+                judge: Optional[np.ndarray] = None, run_start: Optional[np.ndarray] = None) -> list[Firing]:
+    """Each step against the median of the `size` before it (`past_ms`, then the window's
+    earlier steps); only the steps `judge` marks (all when None) may fire. `run_start`
+    (per step, the window position where its run began, -1 before the window): the
+    steps before that are no baseline for it."""
     n = len(steps)
     if not n:
         return []
     times = steps.step_time_ms
-    size = history.size
-    past = np.asarray(history.times(), dtype=np.float64)
+    past = np.asarray(past_ms, dtype=np.float64)[-size:] if len(past_ms) else np.zeros(0)
     # Row i: the `size` times before window step i (the history, then this window's
     # earlier steps), NaN-padded where fewer exist.
     seq = np.concatenate((np.full(size, np.nan), past, np.where(np.isfinite(times), times, np.nan)))
     first = size + len(past)  # position of window step 0 in `seq`
     rows = np.lib.stride_tricks.sliding_window_view(seq, size)[first - size:first - size + n]
+    if run_start is not None and (run_start >= 0).any():
+        # Row i holds window positions i-size .. i-1; those before its run's start are not its run's.
+        gone = np.where(run_start >= 0, np.clip(run_start - np.arange(n) + size, 0, size), 0)
+        rows = np.where(np.arange(size)[None, :] < gone[:, None], np.nan, rows)
     count = np.count_nonzero(~np.isnan(rows), axis=1)
     ok = (count >= MIN_HISTORY) & np.isfinite(times)
+    if judge is not None:
+        ok &= judge
     median = np.full(n, np.nan)
-    if ok.any():
-        median[ok] = np.nanmedian(rows[ok], axis=1)
+    full = ok & (count == size)  # np.median on the full rows: nanmedian is ten times slower
+    if full.any():
+        median[full] = np.median(rows[full], axis=1)
+    part = ok & ~full
+    if part.any():
+        median[part] = np.nanmedian(rows[part], axis=1)
     fire = np.flatnonzero(ok & (times > trigger.factor * median))
     out = []
     for i in fire.tolist():
@@ -367,8 +626,11 @@ def _largest_gaps(starts: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.
 # ---- name:REGEX:T --------------------------------------------------------------------
 
 
-def _check_name(trigger: Trigger, table: EventTable, steps: StepSeries) -> list[Firing]:
-    """Slices lasting at least T whose name matches: RE2 once per distinct name among them."""
+def _check_name(trigger: Trigger, table: EventTable, steps: StepSeries, judge: Optional[np.ndarray] = None,
+                history: Optional[StepHistory] = None, source: Optional[int] = None) -> list[Firing]:
+    """Slices lasting at least T whose name matches: RE2 once per distinct name among them.
+    With `judge` (per step), a slice in a step it does not mark is left out; with
+    `history` and `source`, so is a slice outside every step reported already for it."""
     sl = slices_of(table)
     if not len(sl):
         return []
@@ -383,8 +645,23 @@ def _check_name(trigger: Trigger, table: EventTable, steps: StepSeries) -> list[
     match = np.zeros(len(table.names), dtype=bool)
     match[ids[found]] = True
     rows = long_rows[match[sl.name[long_rows]]]
-    rows = rows[np.lexsort((sl.event[rows], sl.start[rows]))][:MAX_FIRINGS]
+    rows = rows[np.lexsort((sl.event[rows], sl.start[rows]))]
     in_step = _step_of(steps, sl.start[rows])
+    if judge is not None:
+        inside = in_step >= 0
+        keep = np.ones(len(rows), dtype=bool)
+        keep[inside] = judge[in_step[inside]]
+        rows, in_step = rows[keep], in_step[keep]
+    if history is not None and source is not None:  # walks at most MAX_FIRINGS + NAMED_KEEP rows
+        kept: list[int] = []
+        for k in range(len(rows)):
+            if len(kept) == MAX_FIRINGS:
+                break
+            if in_step[k] >= 0 or not history._reported((source, trigger.spec, float(sl.start[rows[k]]),
+                                                          float(sl.end[rows[k]]))):
+                kept.append(k)
+        rows, in_step = rows[kept], in_step[kept]
+    rows, in_step = rows[:MAX_FIRINGS], in_step[:MAX_FIRINGS]
     out = []
     for r, s in zip(rows.tolist(), in_step.tolist()):
         ms = float(sl.dur[r]) / 1000.0
@@ -450,10 +727,20 @@ def _ms(us: float) -> str:
 # ---- rate limits ---------------------------------------------------------------------
 
 
+def severity(firing: Firing) -> float:
+    """How far past its threshold a firing is: value / threshold (2.0: twice the threshold).
+    A threshold of 0 or less, or a value that is no number, has none (NaN)."""
+    v, t = float(firing.value), float(firing.threshold)
+    return v / t if math.isfinite(v) and math.isfinite(t) and t > 0 else math.nan
+
+
 class RateLimiter:
     """Per trigger spec: at most `max_per_hour` firings acted on in any 3600 s, none
-    within `cooldown_s` of the previous one. `now_s` is the caller's clock (use
-    `time.monotonic()`); a clock that goes back starts that spec afresh."""
+    within `cooldown_s` of the previous one, except a firing clearly more severe than
+    those acted on (see the module docstring: at least `ESCALATION` × the last one's
+    severity within the cool-down, × the hour's largest past the cap). `now_s` is the
+    caller's clock (use `time.monotonic()`); a clock that goes back starts that spec
+    afresh."""
 
     def __init__(self, max_per_hour: int = DEFAULT_MAX_PER_HOUR, cooldown_s: float = DEFAULT_COOLDOWN_S) -> None:
         if isinstance(max_per_hour, bool) or not isinstance(max_per_hour, int) or max_per_hour < 1:
@@ -462,19 +749,68 @@ class RateLimiter:
             raise TriggerError(f"the cool-down must be a number of seconds of 0 or more, not {cooldown_s!r}")
         self.max_per_hour = max_per_hour
         self.cooldown_s = float(cooldown_s)
-        self._allowed: dict[str, deque[float]] = {}
+        self._allowed: dict[str, deque[tuple[float, float]]] = {}  # spec -> (time, severity) acted on, oldest first
 
-    def allow(self, spec: Union[str, Trigger], now_s: float) -> bool:
-        """Whether a firing of `spec` at `now_s` may be acted on; if so, it is counted."""
-        key = spec.spec if isinstance(spec, Trigger) else spec
+    def allow(self, item: Union[Firing, Trigger, str], now_s: float) -> bool:
+        """Whether a firing at `now_s` may be acted on; if so, it is counted. `item` is the
+        firing (its severity may lift the limits), or its trigger or spec alone (the plain
+        limits: a spec has no severity)."""
+        if isinstance(item, Firing):
+            key, sev = item.trigger, severity(item)
+        else:
+            key, sev = (item.spec if isinstance(item, Trigger) else item), math.nan
         past = self._allowed.setdefault(key, deque())
-        if past and now_s < past[-1]:
+        if past and now_s < past[-1][0]:
             past.clear()
-        while past and now_s - past[0] >= 3600.0:
+        while past and now_s - past[0][0] >= 3600.0:
             past.popleft()
-        if past and now_s - past[-1] < self.cooldown_s:
+        if past and now_s - past[-1][0] < self.cooldown_s and not _outdoes(sev, past[-1][1]):
             return False
-        if len(past) >= self.max_per_hour:
+        if len(past) >= self.max_per_hour and not _outdoes(sev, max((s for _, s in past), key=_nan_low)):
             return False
-        past.append(now_s)
+        past.append((now_s, sev))
         return True
+
+
+def _nan_low(x: float) -> float:
+    return -math.inf if math.isnan(x) else x
+
+
+def _outdoes(sev: float, than: float) -> bool:
+    """`sev` at least ESCALATION × `than`; a firing of no known severity outdoes none and is
+    outdone by any (NaN: a spec asked alone)."""
+    if math.isnan(sev):
+        return False
+    if math.isnan(than):
+        return True
+    return sev >= ESCALATION * than
+
+
+def summarize_suppressed(firings: Sequence[Firing]) -> Optional[str]:
+    """One log line for the firings of a window the rate limiter held back, instead of one
+    line each: how many, then per spec (in the order first met) how many and the largest
+    (by severity), e.g. "3 firing(s) rate-limited: stall:250ms ×2 (largest 301.2 ms),
+    step:2x ×1 (largest 260.0 ms, 2.5× the median)". None when there are none."""
+    if not firings:
+        return None
+    groups: dict[str, list[Firing]] = {}
+    for f in firings:
+        groups.setdefault(f.trigger, []).append(f)
+    parts = []
+    for spec, fs in groups.items():
+        top = max(fs, key=lambda f: _nan_low(severity(f)))
+        parts.append(f"{spec} ×{len(fs)} (largest {_largest(top)})")
+    return f"{len(firings)} firing(s) rate-limited: {', '.join(parts)}"
+
+
+def _largest(f: Firing) -> str:
+    shown = f"{f.value:.1f} {f.unit}" if math.isfinite(f.value) else str(f.value)
+    if f.kind == STEP:
+        try:
+            factor = parse_trigger(f.trigger).factor
+        except TriggerError:
+            factor = math.nan
+        median = f.threshold / factor if factor > 0 else math.nan
+        if math.isfinite(median) and median > 0 and math.isfinite(f.value):
+            shown += f", {f.value / median:.1f}× the median"
+    return shown
