@@ -212,3 +212,16 @@ def test_suppressed_firings_are_summed_up_in_one_line(tmp_path: Path) -> None:
                     f"step:2x ×1 (largest 250.0 ms, {250.0 / steps[0].threshold * 2:.1f}× the median)")
     assert "\n" not in line
     assert triggers.summarize_suppressed([]) is None
+
+
+def test_a_damaged_history_file_keeps_what_is_sound_and_drops_the_rest() -> None:
+    doc = {"times": [100, "x", True, 120.5, None], "seen": "many", "highest": "high",
+           "judged": [[1, 2], [7, 3.0, 4.0], "bad", [True, 1, 2], [1.5, 1, 2]],
+           "named": [[7, "name:x:1s", 0, 1], [7, 2, 3, 4], [False, "name:x:1s", 0, 1]]}
+    h = StepHistory.from_json(json.loads(json.dumps(doc)))
+    assert h.times() == [100.0, 120.5] and h.seen == 2 and h.highest is None  # seen: the times' steps
+    back = h.to_json()
+    assert back["judged"] == [[7, 3.0, 4.0]] and back["named"] == [[7, "name:x:1s", 0.0, 1.0]]
+    assert json.loads(json.dumps(back, allow_nan=False)) == back
+    for bad in (None, "[]", 3, {"times": "no"}):
+        assert StepHistory.from_json(bad).times() == []
