@@ -53,6 +53,20 @@ The walk also notes TensorBoard event files (`*tfevents*`), for the run's scalar
 a run's event files are those of the TensorBoard run folder its traces belong to
 (the folder above `plugins/profile`, or the trace's own folder).
 
+Runs of scalars only. A folder with event files whose scalars no trace run serves (a plain
+`torch.utils.tensorboard.SummaryWriter` run: `runs/a/events.out.tfevents.…`) is a run too,
+named as TensorBoard names it, by its path in the logdir (`runs/a`, `.` for the logdir
+itself), so the waveform panel can plot and overlay it. Found by the same walk (no second
+one), listed after the trace runs (a client that opens the first run still gets a trace),
+in name order, as `{"run", "hosts": [], "scalars_only": true}`; `find` never returns one.
+Left out: the event files a trace run already reads (its events folder, the sidecar's
+`live/` for its windows), TensorBoard profile markers (`*.profile-empty`, which hold no
+scalars), and whatever the walk never enters (dot folders: the sidecar's ring and temp
+folders). A folder's event files are not read to list it (a listing must stay cheap): one
+whose files hold no scalar (only images, say) is listed, and its `tags` say it has none.
+A name a trace run already has stays the trace run's (the folder is noted in `skipped`).
+Object-store logdirs list none (their event files are not read).
+
 A logdir on an object store (`s3://bucket/prefix`, `gs://…`) is listed through fsspec
 (`objectstore.walk`: folder by folder, bounded as the local walk) and named by the same
 rules, so the same objects give the same runs and hosts; an object's path is its URL
@@ -106,6 +120,9 @@ SNIFF_BYTES = 4096
 # for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
 SCAN_BYTES = 1 << 20
 LIVE_FOLDER = "live"  # where `tb-reduce live` writes its windows and their scalars
+# TensorBoard's profile plugin writes an empty event file beside a profile (so TensorBoard sees
+# a run there); it holds no scalars, so a folder with only such files is no scalar run.
+PROFILE_EMPTY_SUFFIX = ".profile-empty"
 # The live drive recorder's report in an anomaly run's folder, listed with the run (its short fields).
 ANOMALY_REPORT = "anomaly.json"
 MAX_REPORT_BYTES = 64 * 1024
@@ -445,6 +462,7 @@ class Catalog:
         self._ranks: dict[str, tuple[FileIdentity, Optional[tuple[int, int]]]] = {}  # path -> (version, rank info)
         self._joins: dict[str, list[str]] = {}  # a run joining split JAX session folders -> the runs it joins
         self._exports: dict[str, tuple[FileIdentity, Optional[int]]] = {}  # JAX export -> (version, its events)
+        self._scalar_runs: dict[str, str] = {}  # a run of scalars only (shown name) -> its folder, in name order
         self.truncated = False
         self.skipped: list[dict] = []  # what the last walk left out, and why (at most MAX_SKIPPED)
         self.skipped_total = 0
@@ -478,7 +496,25 @@ class Catalog:
             if report is not None:
                 entry["anomaly"] = report
             out.append(entry)
+        # After the trace runs: clients that open the first run listed get a trace.
+        out.extend({"run": run, "hosts": [], "scalars_only": True} for run in self.scalar_runs())
         return out
+
+    def scalar_runs(self) -> list[str]:
+        """The runs of scalars only (event files, no trace: module docstring), in name order."""
+        self.files()
+        with self._lock:
+            return list(self._scalar_runs)
+
+    def scalars_folder(self, run: str) -> Optional[str]:
+        """The folder whose event files hold a listed run's scalars (a trace run's or a run
+        of scalars only), or None for a name that is no listed run."""
+        files = self.files()
+        with self._lock:
+            for f in files.values():
+                if f.run == run:
+                    return f.events_dir
+            return self._scalar_runs.get(run)
 
     def _anomaly_of(self, folder: str) -> Optional[dict]:
         """The live drive recorder's report of an anomaly run (its `anomaly.json`), read once per version."""
@@ -526,15 +562,40 @@ class Catalog:
         with self._lock:
             for f in files.values():
                 if f.run == run:
-                    own = self._event_files.get(f.events_dir)
-                    parent = os.path.dirname(f.events_dir)
-                    if not own and os.path.basename(parent) == LIVE_FOLDER:
-                        return list(self._event_files.get(parent, []))
-                    return list(own or [])
-        return []
+                    return list(self._event_files.get(self._scalars_dir(f), []))
+            folder = self._scalar_runs.get(run)
+            return list(self._event_files.get(folder, [])) if folder is not None else []
+
+    def _scalars_dir(self, f: TraceFile) -> str:
+        """The folder whose event files a trace file's run reads: its events folder, or for a
+        live window without event files of its own, the sidecar's `live/` (one series)."""
+        parent = os.path.dirname(f.events_dir)
+        if not self._event_files.get(f.events_dir) and os.path.basename(parent) == LIVE_FOLDER:
+            return parent
+        return f.events_dir
+
+    def _find_scalar_runs(self, files: dict[tuple[str, str], TraceFile], skipped: list[tuple[str, str]]) -> None:
+        """The runs of scalars only, from the folders of event files this walk noted (module docstring)."""
+        served = {self._scalars_dir(f) for f in files.values()}
+        raw: dict[str, str] = {}  # TensorBoard's name of the folder -> the folder
+        for folder, paths in self._event_files.items():
+            if folder in served or all(p.endswith(PROFILE_EMPTY_SUFFIX) for p in paths):
+                continue
+            rel = os.path.relpath(folder, self.logdir)
+            raw[rel.replace(os.sep, "/") if rel != os.curdir else "."] = folder
+        traced = {run for run, _ in files}
+        shown: dict[str, str] = {}
+        for name, name_shown in _showable(set(raw)).items():
+            if name_shown in traced:
+                skipped.append((raw[name], "event files of a folder named as a run with traces: "
+                                           "listed with that run's name, not as a run of their own"))
+                continue
+            shown[name_shown] = raw[name]
+        self._scalar_runs = dict(sorted(shown.items()))
 
     def _walk(self) -> dict[tuple[str, str], TraceFile]:
         found: list[tuple[str, str, str, str, os.stat_result, str]] = []  # run, stem, name, format, stat, path
+        self._scalar_runs = {}
         if objectstore.is_url(self.logdir):
             return self._walk_store()
         if not self.logdir or not os.path.isdir(self.logdir):
@@ -589,11 +650,13 @@ class Catalog:
         self._sniffed = sniffed
         self._event_files = {d: sorted(paths) for d, paths in event_files.items()}
         self._anomalies = anomalies
+        files = self._join_split_sessions(self._with_ranks(self._name_hosts(found)))
+        self._find_scalar_runs(files, skipped)
         everything = walk.skipped + skipped
         self.skipped_total = len(everything)
         self.skipped = [{"path": display_name(os.path.relpath(p, self.logdir)), "reason": why}
                         for p, why in everything[:MAX_SKIPPED]]
-        return self._join_split_sessions(self._with_ranks(self._name_hosts(found)))
+        return files
 
     def _with_ranks(self, files: dict[tuple[str, str], TraceFile]) -> dict[tuple[str, str], TraceFile]:
         """Each Chrome trace's rank and world size (`distributed_info`), read once per version

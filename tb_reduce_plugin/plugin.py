@@ -2,7 +2,9 @@
 
 Routes, under `/data/plugin/tb_reduce/`:
 - `runs` — every run and host found in the logdir, with format and size (a PyTorch rank's
-  `rank` and `world_size`; a run joining JAX session folders lists them in `joins`)
+  `rank` and `world_size`; a run joining JAX session folders lists them in `joins`); then
+  the runs of TensorBoard event files without traces, `{"run", "hosts": [], "scalars_only": true}`
+  (their `tags` and `scalars` answer; the trace routes say they have scalars only)
 - `trace?run=&host=&level=&start_us=&end_us=` — the reduced trace (gzip on the
   wire; `&download=1` sends the `.json.gz` file itself; `&args=0` leaves out the
   kept events' args, which the dashboard fetches per event from `event`;
@@ -247,7 +249,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
 
     def is_active(self) -> bool:
         try:
-            return self.service.has_traces()
+            return self.service.has_runs()  # runs of scalars only too: their waveforms
         except Exception:  # never break TensorBoard's plugin listing
             log.exception("tb_reduce: discovery failed")
             return False
@@ -340,6 +342,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             if request.args.get("expand") is not None:
                 raise RequestError(400, "expand names hosts of a merged view: give hosts= too")
             return self.service, {}
+        self.service.refuse_scalars_only(request.args.get("run", ""))  # no hosts to merge: say why
         return self.service.merged, {"expand": _text_param(request, "expand", required=False)}
 
     def _trace(self, request: wrappers.Request) -> wrappers.Response:
@@ -387,6 +390,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
                 raise RequestError(400, "give host (one host) or hosts (the spread across hosts), not both")
             hosts = _text_param(request, "hosts")
             assert run is not None and hosts is not None
+            self.service.refuse_scalars_only(run)
             return _json(request, host_waveforms(self.service, run, hosts))
         host = _text_param(request, "host")
         assert run is not None and host is not None

@@ -160,9 +160,21 @@ class TraceService:
     def has_traces(self) -> bool:
         return bool(self.catalog.files())
 
+    def has_runs(self) -> bool:
+        """Anything for the tab to show: a trace, or a run of scalars only (its waveforms)."""
+        return self.has_traces() or bool(self.catalog.scalar_runs())
+
+    def refuse_scalars_only(self, run: str) -> None:
+        """`NotFound` saying so when `run` is a run of scalars only: a trace route asked about
+        it gets where its data is, not "no trace" (the dashboard shows the message)."""
+        if run in self.catalog.scalar_runs() and not self._hosts(run):
+            raise NotFound(f"run {run!r} has scalars only (TensorBoard event files, no profiler trace): "
+                           f"plot them in the waveform panel")
+
     def trace_file(self, run: str, host: str) -> TraceFile:
         tf = self.catalog.find(run, host)
         if tf is None:
+            self.refuse_scalars_only(run)
             known = {f.run for f in self.catalog.files().values()}
             what = f"host {host!r} in run {run!r}" if run in known else f"run {run!r}"
             raise NotFound(f"no trace for {what}")
@@ -403,9 +415,10 @@ class TraceService:
     # ---- scalars from event files ------------------------------------------------
     def tags(self, run: str) -> dict:
         """The run's scalar tags (its event files, read up to now) and, per host, the derived
-        series: the names known once a host's steps were derived, else all that may exist."""
+        series: the names known once a host's steps were derived, else all that may exist.
+        A run of scalars only has no hosts (and says `scalars_only`)."""
         hosts = self._hosts(run)
-        entry = self._read_scalars(run, hosts[0])
+        entry = self._read_scalars(run, self._scalars_folder(run, hosts))
         with entry.lock:
             rs = entry.scalars
             scalars = [{"tag": tag, "id": scalar_tag_id(tag), "points": len(rs.series(tag)[0])} for tag in rs.tags()]
@@ -416,7 +429,10 @@ class TraceService:
             known = self.derived_series(tf)
             out_hosts.append({"host": tf.host, "series": known if known is not None else every,
                               "derived": known is not None})
-        return {"run": run, "scalars": scalars, "hosts": out_hosts, "gaps": gaps, "pending_bytes": pending}
+        out = {"run": run, "scalars": scalars, "hosts": out_hosts, "gaps": gaps, "pending_bytes": pending}
+        if not hosts:
+            out["scalars_only"] = True
+        return out
 
     def scalars(self, run: str, tag: Optional[str] = None, tag_id: Optional[str] = None,
                 width: Optional[int] = None) -> ScalarsAnswer:
@@ -429,7 +445,7 @@ class TraceService:
         body. Encoding runs in a computation slot, its working memory and its output
         charged to the budget as they are held (a 2 M-point tag is ~80 MB of JSON, ~30 MB
         of gzip), and the body stays charged until the last response streaming it ends."""
-        entry = self._read_scalars(run, self._hosts(run)[0])
+        entry = self._read_scalars(run, self._scalars_folder(run, self._hosts(run)))
         with entry.lock:
             rs = entry.scalars
             tags = rs.tags()
@@ -518,15 +534,20 @@ class TraceService:
             self._scalar_bodies.clear()
 
     def _hosts(self, run: str) -> list[TraceFile]:
-        hosts = sorted((f for f in self.catalog.files().values() if f.run == run), key=lambda f: f.host)
-        if not hosts:
-            raise NotFound(f"no trace for run {run!r}")
-        return hosts
+        """The trace hosts of a run, by name: none for a run of scalars only."""
+        return sorted((f for f in self.catalog.files().values() if f.run == run), key=lambda f: f.host)
 
-    def _read_scalars(self, run: str, tf: TraceFile) -> _Scalars:
+    def _scalars_folder(self, run: str, hosts: list[TraceFile]) -> str:
+        """The folder whose event files hold a listed run's scalars (`NotFound` for any other
+        name: a run is only ever looked up by its listed name, never read as a path)."""
+        folder = hosts[0].events_dir if hosts else self.catalog.scalars_folder(run)
+        if folder is None:
+            raise NotFound(f"no run {run!r} with traces or scalars in this logdir")
+        return folder
+
+    def _read_scalars(self, run: str, folder: str) -> _Scalars:
         """The run folder's scalars, with what was appended since the last request read
         (in a computation slot: a first read of a big event file takes seconds)."""
-        folder = tf.events_dir
         with self._scalars_lock:
             entry = self._scalars.get(folder)
             if entry is None:
