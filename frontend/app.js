@@ -47,7 +47,8 @@ class Dashboard {
   constructor(root, initial, standalone) {
     this.initial = initial;
     this.standalone = standalone;
-    this.runs = [];
+    this.runs = []; // the runs with traces: the timeline's picker
+    this.allRuns = []; // every run listed, runs of scalars only too: the waveform panel's
     // explicitLevel: the user picked the level, or the link named it (state.js); until then
     // the default level is cut to the screen's resolution, as `auto` always is (load()).
     this.sel = {run: null, host: null, level: initial.level, explicitLevel: initial.explicitLevel};
@@ -266,14 +267,26 @@ class Dashboard {
     this.showProfileTab();
     this.setStatus('Listing traces…');
     try {
-      this.runs = await getJson('runs');
+      const listed = await getJson('runs');
+      this.allRuns = Array.isArray(listed) ? listed : [];
+      this.runs = traceRuns(this.allRuns);
     } catch (err) {
       this.setStatus(`Could not list traces: ${err.message}`, 'tbr-error');
       this.showMessage('Could not list the traces', err.message, [], 'tbr-error');
       this.waveforms.setContext({runs: [], run: null, host: null});
       return;
     }
-    if (!Array.isArray(this.runs) || !this.runs.length) {
+    if (!this.runs.length && this.allRuns.length) { // event files only: their waveforms, no timeline
+      this.setStatus(`No profiler traces in this logdir: its ${formatCount(this.allRuns.length)} run(s) have scalars only; see the waveform panel.`);
+      this.showMessage('These runs have scalars only',
+        'They hold TensorBoard event files and no profiler trace: their scalars are plotted in the waveform panel above ' +
+        '(tick runs there to overlay them). A timeline needs a trace: XProf, JAX, TensorFlow under <logdir>/…/plugins/profile/<run>/, PyTorch in a run directory.');
+      this.runSelect.disabled = this.hostSelect.disabled = true;
+      this.waveforms.setContext({runs: this.allRuns, run: this.allRuns[0].run, host: null});
+      this.updateLinks();
+      return;
+    }
+    if (!this.runs.length) {
       this.setStatus('No profiler traces in this logdir.');
       this.showMessage('No profiler traces found',
         'Put traces under <logdir>/…/plugins/profile/<run>/ (XProf, JAX, TensorFlow: *.xplane.pb, *.trace.json.gz) ' +
@@ -287,8 +300,12 @@ class Dashboard {
     this.fillRuns();
     const {run, host} = this.initial;
     const wanted = this.runs.find((r) => r.run === run);
+    // A link to a run of scalars only: the waveform panel plots it, the timeline shows the first trace.
+    const scalarsOnly = run && !wanted && this.allRuns.some((r) => r.run === run) ? run : null;
+    const scalarsNote = `Run “${run}” has scalars only (no profiler trace): its scalars are in the waveform panel; the timeline shows the first trace.`;
     if (run && (!wanted || (host && !wanted.hosts.some((h) => h.host === host)))) {
-      this.setStatus(`This link names ${wanted ? `host “${host}” in ` : ''}run “${run}”, which this logdir does not have; showing the first trace instead.`, 'tbr-error');
+      this.setStatus(scalarsOnly ? scalarsNote
+        : `This link names ${wanted ? `host “${host}” in ` : ''}run “${run}”, which this logdir does not have; showing the first trace instead.`, 'tbr-error');
     }
     const first = wanted || this.runs[0];
     this.runSelect.value = first.run;
@@ -318,7 +335,8 @@ class Dashboard {
     // share its CPUs with the timeline's reduction, and the timeline is what the user waits for.
     const panels = () => {
       if (this.waveforms.run !== null && this.waveforms.run !== undefined) return; // a run picked meanwhile set them
-      this.waveforms.setContext({runs: this.runs, run: this.sel.run, host: this.sel.host});
+      this.waveforms.setContext({runs: this.allRuns, run: scalarsOnly || this.sel.run, host: scalarsOnly ? null : this.sel.host});
+      if (scalarsOnly) this.setStatus(scalarsNote); // after the first timeline's own status line
       this.steps.setContext({run: this.sel.run, host: this.sel.host});
       if (this.data) this.steps.setModel(this.data.model); // the strip's fallback: the loaded trace's markers
       this.showPanels();
@@ -363,8 +381,9 @@ class Dashboard {
   }
 
   runsChanged(runs) {
-    if (!Array.isArray(runs) || !runs.length) return;
-    this.runs = runs;
+    if (!traceRuns(runs).length) return;
+    this.allRuns = runs;
+    this.runs = traceRuns(runs);
     this.fillRuns();
     if (this.sel.run !== null && !this.followNewest() && !runs.some((r) => r.run === this.sel.run)) {
       this.setLiveNote(`run ${this.sel.run} is gone from the logdir`, true);
@@ -464,7 +483,7 @@ class Dashboard {
     const ext = this.extents.get(this.key());
     if (ext) this.timeline.setExtent(ext);
     this.load(null);
-    this.waveforms.setContext({runs: this.runs, run, host});
+    this.waveforms.setContext({runs: this.allRuns, run, host});
     this.steps.setContext({run, host});
     this.showPanels();
     this.updateLinks();
@@ -1224,6 +1243,11 @@ function withTimes(rows, ts, origin) {
     else out.push([key, value]);
   }
   return out;
+}
+
+/** The runs with traces, the timeline's: a run of TensorBoard event files only (`scalars_only`) is the waveform panel's. */
+function traceRuns(runs) {
+  return Array.isArray(runs) ? runs.filter((r) => r && !r.scalars_only && Array.isArray(r.hosts) && r.hosts.length) : [];
 }
 
 /** An event's fields and args as a key/value table; values are text (JSON for structures). */
