@@ -483,17 +483,18 @@ def test_what_is_left_out_is_listed_up_to_a_bound_and_counted_beyond_it(logdir: 
     assert len(found["skipped"]) == discovery.MAX_SKIPPED and found["skipped_total"] == discovery.MAX_SKIPPED + 20
 
 
-def test_jaxs_capped_export_is_marked_and_listed_after_its_xspace(logdir: Path) -> None:
+def test_jaxs_export_is_named_as_its_xspaces_and_listed_after_it(logdir: Path) -> None:
+    """The corpus's export is whole (under JAX's cap): an `export`, not `capped` (tests/test_jax_export_cap.py
+    has one that reached the cap)."""
     add_jax_run(logdir)
     (logdir / "other").mkdir()
     shutil.copyfile(JAX_SMALL / "vm.trace.json.gz", logdir / "other" / "vm.trace.json.gz")  # no XSpace beside it
     runs = {r["run"]: r["hosts"] for r in Catalog(str(logdir)).runs()}
     xspace, export = runs[JAX_RUN]
-    assert xspace["host"] == JAX_HOST and "capped" not in xspace
-    assert export["host"] == JAX_JSON_HOST
-    assert export["capped"]["events"] == 1_000_000 and export["capped"]["of"] == JAX_HOST
-    assert "vm.xplane.pb" in export["capped"]["note"]
-    assert "capped" not in runs["other"][0]
+    assert xspace["host"] == JAX_HOST and "capped" not in xspace and "export" not in xspace
+    assert export["host"] == JAX_JSON_HOST and "capped" not in export
+    assert export["export"]["of"] == JAX_HOST and "vm.xplane.pb" in export["export"]["note"]
+    assert "capped" not in runs["other"][0] and "export" not in runs["other"][0]
 
 
 def test_a_pytorch_trace_beside_an_xspace_is_not_taken_for_jaxs_export(logdir: Path) -> None:
