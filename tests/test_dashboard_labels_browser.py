@@ -179,12 +179,27 @@ def test_a_trace_cut_mid_event_says_it_is_incomplete_beside_its_host(page, small
     assert page.locator("[data-testid=host-notes]").is_hidden()
 
 
-def test_the_share_page_logs_no_error_and_no_failed_request(page, small_server):
+def test_the_share_page_names_its_own_icon_and_logs_no_error_and_no_failed_request(page, small_server):
+    """Without an icon of its own the browser asks TensorBoard for /favicon.ico, which it does not
+    serve: a 404 in the share page's console (headless Chromium asks only now and then, so the
+    icon the page names is checked too, and that it loads)."""
+    status, _, _ = small_server.tb.get("favicon.ico", timeout=30)
+    assert status == 404  # what the browser would otherwise ask for
     errors: list[str] = []
     failed: list[str] = []
     page.on("console", lambda m: m.type == "error" and errors.append(f"{m.text} {m.location.get('url')}"))
     page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     open_view(page, small_server, run="jax/r1", host="vm")
     page.wait_for_load_state("networkidle")
+    icon = page.evaluate("""async () => {
+      const link = document.querySelector('link[rel~=icon]');
+      if (!link) return null;
+      const img = new Image(); // as the browser loads an icon: under the page's img-src
+      img.src = link.href;
+      try { await img.decode(); } catch (err) { return {href: link.href, loaded: false}; }
+      return {href: link.href, loaded: img.naturalWidth > 0};
+    }""")
+    assert icon is not None, "the share page names no icon: the browser asks for /favicon.ico (404)"
+    assert icon["loaded"], icon
     assert not failed, failed
     assert not errors, errors

@@ -15,7 +15,7 @@ import pytest
 from jax_export_support import record_capped_jax_run
 
 from tb_reduce_plugin import discovery
-from tb_reduce_plugin.discovery import JAX_EXPORT_CAP, Catalog, count_export_events
+from tb_reduce_plugin.discovery import JAX_EXPORT_CAP, Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 JAX_SMALL = ROOT.parent / "shared" / "corpus" / "generated" / "jax_cpu_mlp_small"
@@ -73,7 +73,7 @@ def test_the_count_of_a_plain_json_export_crosses_its_read_chunks_and_agrees_wit
     plain = tmp_path / "vm.trace.json"
     plain.write_text(json.dumps({**doc, "traceEvents": kept}, separators=(",", ":")))
     assert plain.stat().st_size > 8 << 20
-    assert count_export_events(str(plain)) == 300_000
+    assert discovery.count_export_events(str(plain)) == 300_000
 
 
 def test_an_export_is_counted_once_per_version_of_its_file(tmp_path: Path, monkeypatch) -> None:
