@@ -223,3 +223,37 @@ export function anomalySummary(marks) {
   const what = marks.map((m) => `${m.trigger} at step ${m.step}`).join(', ');
   return `${marks.length} ${marks.length === 1 ? 'anomaly' : 'anomalies'}: ${what}`;
 }
+
+/**
+ * The median and the MAD (median of |v − median|) of the finite values, or null when none is.
+ * The robust centre and spread the "stands out" rules measure against (docs/SEMANTICS.md,
+ * Waveforms): one huge stall moves neither, as it would a mean and a standard deviation.
+ */
+export function robustSpread(values) {
+  const v = Array.from(values).filter(Number.isFinite).sort((a, b) => a - b);
+  if (!v.length) return null;
+  const mid = (arr) => (arr.length % 2 ? arr[arr.length >> 1] : (arr[arr.length / 2 - 1] + arr[arr.length / 2]) / 2);
+  const median = mid(v);
+  const dev = v.map((x) => Math.abs(x - median)).sort((a, b) => a - b);
+  return {median, mad: mid(dev)};
+}
+
+/** Indices of the finite values above `bound(median, mad)`, the largest first (ties: the earlier), at most `k`. */
+export function standOut(values, bound, k = 3) {
+  const s = robustSpread(values);
+  if (!s) return [];
+  const limit = bound(s.median, s.mad);
+  const over = [];
+  for (let i = 0; i < values.length; i += 1) if (Number.isFinite(values[i]) && values[i] > limit) over.push(i);
+  over.sort((a, b) => values[b] - values[a] || a - b);
+  return over.slice(0, k);
+}
+
+/**
+ * The steps that stand out as slow (the server's `slowest` rule, for steps the dashboard
+ * found itself): a time above median + max(3·MAD, 5 % of the median), slowest first, at
+ * most `k`. A steady run has none; a three-step window at most one.
+ */
+export function slowSteps(times, k = 3) {
+  return standOut(times, (median, mad) => median + Math.max(3 * mad, 0.05 * median), k);
+}

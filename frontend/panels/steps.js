@@ -1,7 +1,14 @@
 // The step overview strip, above the timeline: one bar per training step, its height
 // the step's time (from zero, so heights compare honestly), like XProf's step-time
-// graph — a stalled or slow step stands out at a glance. The slowest step is red and
-// named ("slowest: #5, 260 ms"), a dashed line marks the median, and the part of each
+// graph — a stalled or slow step stands out at a glance. The steps that stand out by a
+// robust margin (median + max(3·MAD, 5 % of the median): the server's `slowest`, the
+// same rule here for steps found in the trace) say so in their tooltip, and the slowest
+// of them is red and named ("slowest: #5, 260 ms"); when none does the strip says "no
+// step stands out" and nothing is red, rather than crown noise
+// (104.5 ms against a 104 ms median, one of any three). When a step's time that no op
+// accounts for stands out (the server's `unaccounted_stands_out`), a third line names it
+// ("step 17: 545 ms no op accounts for"): a stall inside a `record_function` that need
+// not make the step one of the slowest. A dashed line marks the median, and the part of each
 // step the timeline shows is drawn solid, the rest faint, with a band under it: the
 // strip doubles as a minimap. Hover says a step's number and time; a click (or ←/→
 // and Enter on the focused strip) zooms the timeline to that step.
@@ -15,6 +22,7 @@ import {el, setChildren, setText, sizeCanvas, visible} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {FLAG_SUMMARY} from '../model.js';
 import {COLORS, FONT} from '../tracks/common.js';
+import {slowSteps} from './series_draw.js';
 
 export const STRIP_H = 40;
 const PAD_X = 4;
@@ -91,6 +99,17 @@ export function slowestIndex(steps) {
   return best;
 }
 
+/** The indices of the steps that stand out as slow, slowest first (at most three): `slowSteps`. */
+export function standingOut(steps) {
+  return slowSteps(steps.map(stepMs));
+}
+
+/** A step's time no op accounts for, in ms (the `unaccounted` series), or NaN. */
+function unaccountedMs(s) {
+  const v = s && s.busy_ms ? s.busy_ms.unaccounted : undefined;
+  return typeof v === 'number' && Number.isFinite(v) ? v : NaN;
+}
+
 function median(values) {
   const v = values.filter(Number.isFinite).sort((a, b) => a - b);
   if (!v.length) return NaN;
@@ -118,7 +137,9 @@ export class StepStrip {
     this.view = null;
     this.steps = [];
     this.source = null; // 'waveforms' | 'trace'
-    this.slowest = -1;
+    this.slowest = -1; // the slowest of the steps that stand out, or -1 when none does
+    this.marked = new Set(); // the steps that stand out as slow (the slowest of them red)
+    this.unaccounted = -1; // the step whose unaccounted time stands out most, or -1
     this.median = NaN;
     this.hover = -1;
     this.focus = -1;
@@ -131,8 +152,9 @@ export class StepStrip {
     this.title = el('span', {class: 'tbr-steps-title'}, 'Steps');
     this.facts = el('span', {class: 'tbr-steps-facts', 'data-testid': 'steps-facts'});
     this.slowLabel = el('span', {class: 'tbr-steps-slowest', 'data-testid': 'steps-slowest'});
+    this.unaccLabel = el('span', {class: 'tbr-steps-unaccounted', 'data-testid': 'steps-unaccounted'});
     this.head = el('div', {class: 'tbr-steps-head'},
-      el('div', {class: 'tbr-steps-line'}, this.title, ' ', this.facts), this.slowLabel);
+      el('div', {class: 'tbr-steps-line'}, this.title, ' ', this.facts), this.slowLabel, this.unaccLabel);
     this.canvas = el('canvas', {class: 'tbr-steps-canvas', 'data-testid': 'steps-canvas', tabindex: '0', role: 'group',
       'aria-roledescription': 'step overview', 'aria-label': 'Step times'});
     this.tooltip = el('div', {class: 'tbr-steps-tooltip', role: 'tooltip', hidden: true});
@@ -181,9 +203,12 @@ export class StepStrip {
       const all = doc && Array.isArray(doc.steps) ? doc.steps : [];
       // a step without a place in time (a hostile trace's) has no bar; the server's slowest index then no longer holds
       const steps = all.filter((s) => s && Number.isFinite(Number(s.start_us)) && Number.isFinite(Number(s.end_us)));
-      const told = Array.isArray(doc.slowest) && steps.length === all.length ? Number(doc.slowest[0]) : -1;
+      const whole = steps.length === all.length;
+      const indices = (list) => (whole && Array.isArray(list)
+        ? list.map(Number).filter((i) => Number.isInteger(i) && i >= 0 && i < steps.length) : null);
       this.derived = steps.length
-        ? {status: 'ok', steps, marker: doc.marker || null, slowest: told >= 0 && told < steps.length ? told : -1}
+        ? {status: 'ok', steps, marker: doc.marker || null, slowest: indices(doc.slowest),
+          unaccounted: indices(doc.unaccounted_stands_out) || []}
         : {status: 'none', reason: (doc && doc.reason) || 'the trace has no step markers'};
       this.update();
     }, (err) => {
@@ -214,18 +239,23 @@ export class StepStrip {
     let steps = [];
     let source = null;
     let marker = null;
-    let slowest = -1;
+    let marked = [];
+    let unaccounted = -1;
     if (d.status === 'ok') {
       [steps, source, marker] = [d.steps, 'waveforms', d.marker];
-      slowest = d.slowest >= 0 ? d.slowest : slowestIndex(steps);
+      marked = d.slowest || standingOut(steps); // the server's, unless some steps were dropped
+      unaccounted = d.unaccounted.length ? d.unaccounted[0] : -1;
     } else if (this.fromTrace.size && d.status !== 'loading') {
       steps = [...this.fromTrace.values()].sort((a, b) => a.start_us - b.start_us);
       [source, marker] = ['trace', this.traceMarker];
-      slowest = slowestIndex(steps);
+      marked = standingOut(steps);
     }
+    const slowest = marked.length ? marked[0] : -1;
     this.steps = steps;
     this.source = source;
     this.slowest = slowest;
+    this.marked = new Set(marked);
+    this.unaccounted = unaccounted;
     this.median = median(steps.map(stepMs));
     if (this.focus >= steps.length) this.focus = -1;
     if (this.hover >= steps.length) this.hover = -1;
@@ -238,6 +268,7 @@ export class StepStrip {
     if (state === 'loading') { // the strip's place is kept while the steps are found: no jump when they arrive
       setChildren(this.facts, 'finding the steps…');
       this.slowLabel.textContent = '';
+      this.unaccLabel.textContent = '';
       this.canvas.setAttribute('aria-label', 'Step times: finding the steps');
       this.ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
     }
@@ -255,11 +286,23 @@ export class StepStrip {
       Number.isFinite(this.median) ? ` · median ${formatDuration(this.median * 1000)}` : '');
     this.title.title = visible(`from ${marker || 'step markers'}${source === 'trace' ? ' in the loaded trace' : ''}`);
     const slow = slowest >= 0 ? steps[slowest] : null;
-    this.slowLabel.textContent = slow ? `slowest: #${slow.step}, ${formatDuration(stepMs(slow) * 1000)}` : '';
+    const rule = 'a step stands out when its time is above median + max(3 × MAD, 5 % of the median)';
+    this.slowLabel.textContent = slow ? `slowest: #${slow.step}, ${formatDuration(stepMs(slow) * 1000)}`
+      : n >= 3 ? 'no step stands out' : '';
+    this.slowLabel.classList.toggle('tbr-steps-calm', !slow);
     this.slowLabel.title = slow && Number.isFinite(this.median) && this.median > 0
-      ? `${(stepMs(slow) / this.median).toFixed(1)}× the median step` : '';
-    this.canvas.setAttribute('aria-label', `Step times: ${n} steps${slow ? `, slowest #${slow.step} at ${formatDuration(stepMs(slow) * 1000)}` : ''}` +
-      `${Number.isFinite(this.median) ? `, median ${formatDuration(this.median * 1000)}` : ''}. ` +
+      ? `${(stepMs(slow) / this.median).toFixed(1)}× the median step${marked.length > 1 ? ` · ${marked.length} steps stand out` : ''} (${rule})`
+      : slow ? rule : `the slowest is within the run's spread (${rule})`;
+    const stall = unaccounted >= 0 ? steps[unaccounted] : null;
+    const stallText = stall ? `step ${stall.step}: ${formatDuration(unaccountedMs(stall) * 1000)} no op accounts for` : '';
+    this.unaccLabel.textContent = stallText;
+    this.unaccLabel.title = stall ? `${formatDuration(unaccountedMs(stall) * 1000)} of step ${stall.step}'s ${formatDuration(stepMs(stall) * 1000)} ` +
+      'is covered by no op on its thread (a sleep, a blocking read, a lock — inside a record_function too); ' +
+      'the waveform panel overlays the unaccounted series' : '';
+    this.head.classList.toggle('tbr-steps-head-dense', !!stall);
+    this.root.dataset.unaccounted = stall ? String(stall.step) : '';
+    this.canvas.setAttribute('aria-label', `Step times: ${n} steps${slow ? `, slowest #${slow.step} at ${formatDuration(stepMs(slow) * 1000)}` : n >= 3 ? ', no step stands out' : ''}` +
+      `${Number.isFinite(this.median) ? `, median ${formatDuration(this.median * 1000)}` : ''}${stall ? `; ${stallText}` : ''}. ` +
       'Left and right arrows pick a step, Enter zooms the timeline to it.');
     this.requestDraw();
   }
@@ -362,10 +405,10 @@ export class StepStrip {
         }
         const h = top >= 0 ? hOf(values[top]) : 0;
         if (!h) continue;
-        const hasSlowest = this.slowest >= a && this.slowest < b;
-        ctx.fillStyle = hasSlowest ? COLORS.slowest : COLORS.bar;
+        const red = this.slowest >= a && this.slowest < b; // the column holding the slowest step that stands out
+        ctx.fillStyle = red ? COLORS.slowest : COLORS.bar;
         ctx.globalAlpha = allShown || shown ? 1 : 0.35;
-        ctx.fillRect(PAD_X + px, base - (hasSlowest ? hOf(values[this.slowest]) : h), 1, hasSlowest ? hOf(values[this.slowest]) : h);
+        ctx.fillRect(PAD_X + px, base - h, 1, h);
       }
       ctx.globalAlpha = 1;
     }
@@ -501,10 +544,13 @@ export class StepStrip {
   stepLines(i) {
     const s = this.steps[i];
     const ms = stepMs(s);
-    const lines = [`step #${s.step} · ${formatDuration(ms * 1000)}${i === this.slowest ? ' · the slowest' : ''}`];
+    const tag = i === this.slowest ? ' · the slowest' : this.marked.has(i) ? ' · stands out' : '';
+    const lines = [`step #${s.step} · ${formatDuration(ms * 1000)}${tag}`];
     if (Number.isFinite(this.median) && this.median > 0 && Number.isFinite(ms)) {
       lines.push(`${(ms / this.median).toFixed(ms / this.median >= 10 ? 0 : 2)}× the median (${formatDuration(this.median * 1000)})`);
     }
+    const u = unaccountedMs(s);
+    if (Number.isFinite(u)) lines.push(`${formatDuration(u * 1000)} no op accounts for${i === this.unaccounted ? ' — it stands out' : ''}`);
     const p = this.visiblePart(i);
     if (this.view && p && !(p[0] <= 0 && p[1] >= 1)) lines.push(`${Math.round((p[1] - p[0]) * 100)} % of it in the timeline's view`);
     else if (this.view && p) lines.push('in the timeline\'s view');
@@ -542,6 +588,9 @@ export class StepStrip {
     return {
       state: this.root.dataset.state, hidden: this.root.hidden, source: this.source, reason: this.reason.textContent,
       slowest: this.slowest, slowestStep: this.slowest >= 0 ? this.steps[this.slowest].step : null,
+      marked: [...this.marked].sort((a, b) => a - b), label: this.slowLabel.textContent,
+      unaccounted: this.unaccounted, unaccountedStep: this.unaccounted >= 0 ? this.steps[this.unaccounted].step : null,
+      unaccountedLabel: this.unaccLabel.textContent,
       median: this.median, band: this.band || null,
       steps: this.steps.map((s, i) => ({step: s.step, start_us: Number(s.start_us), end_us: Number(s.end_us),
         ms: stepMs(s), visible: this.visiblePart(i)})),

@@ -7,13 +7,25 @@
 // Clicking a step of a derived series shows that step in the timeline. A step the
 // live sidecar kept as an anomaly (an anomaly run whose report names the shown
 // window) gets an orange ⚠ above the plot; clicking it opens that anomaly run.
+//
+// Unaccounted time (the `unaccounted_ms` series: step time no op on the step's thread
+// covers, docs/SEMANTICS.md rule 12) is shown without being asked for when it stands
+// out (the server's `unaccounted_stands_out`): with step time selected, the current
+// run's unaccounted series is overlaid dashed, its standing-out steps ringed and named,
+// and a line under the plot says why (a "hide" button takes it away). A stall inside a
+// `record_function` need not make its step one of the slowest in a run whose steps
+// drift; this is where it shows. "Slowest" rings mark only the steps the server found
+// to stand out by a robust margin; the legend says "no step stands out" otherwise.
+//
+// The Runs checklist holds any number of runs: a scrolling grid at most eight rows
+// high, a filter box past ten runs, and "all"/"none" for the runs the filter shows.
 import {fetchTags, fetchScalars, fetchWaveforms} from '../api.js';
 import {bdi, el, isolated, setChildren, setText, showControls, sizeCanvas} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
 import {COLORS} from '../tracks/common.js';
 import {classicSmoothing, DEFAULT_SMOOTHING, MAX_SMOOTHING, toNumber} from '../smoothing.js';
 import {analyzeSeries, anomaliesOf, anomalySummary, finiteRange, formatValue, niceTicks, padRange, planSeries,
-  seriesColor} from './series_draw.js';
+  robustSpread, seriesColor} from './series_draw.js';
 
 const PLOT_H = 170;
 const MARGIN = {left: 58, right: 14, top: 16, bottom: 22};
@@ -29,7 +41,10 @@ const DERIVED_LABELS = {
   memory_ms: 'memory',
   data_loading_ms: 'data loading',
   device_idle_ms: 'device idle',
+  unaccounted_ms: 'unaccounted',
 };
+const UNACCOUNTED = 'unaccounted_ms';
+const RUN_FILTER_FROM = 11; // the checklist gets a filter box from this many runs
 
 /** "compute_ms" → "compute (ms)": derived series names read as words. */
 export function derivedLabel(name) {
@@ -95,6 +110,8 @@ export class WaveformPanel {
     this.ticked = new Set(); // runs overlaid besides the current one, ticked by the user
     this.unticked = false; // the user unticked the current run
     this.seriesKey = load('series', null); // 'd:step_time_ms' or 's:<tag>'
+    this.hideUnaccounted = !!load('hideUnaccounted', false); // the user took the overlay away
+    this.runFilter = '';
     this.weight = Math.min(MAX_SMOOTHING, Math.max(0, Number(load('smoothing', DEFAULT_SMOOTHING)) || 0));
     this.split = false;
     this.cache = new Map(); // request key → promise of its JSON
@@ -120,7 +137,16 @@ export class WaveformPanel {
       'data-testid': 'wave-smoothing', 'aria-label': 'Smoothing', oninput: () => this.setWeight(Number(this.slider.value))});
     this.sliderValue = el('output', {class: 'tbr-wave-weight'}, this.weight.toFixed(3));
     this.splitBox = el('input', {type: 'checkbox', 'data-testid': 'wave-split', onchange: () => this.setSplit(this.splitBox.checked)});
-    this.runBox = el('span', {class: 'tbr-wave-runs', 'data-testid': 'wave-runs', role: 'group', 'aria-label': 'Runs to overlay'});
+    this.runList = el('div', {class: 'tbr-wave-runs-list', 'data-testid': 'wave-runs-list'});
+    this.runFilterBox = el('input', {type: 'search', class: 'tbr-wave-runs-filter', 'data-testid': 'wave-runs-filter',
+      placeholder: 'filter runs', 'aria-label': 'Filter the runs', oninput: () => this.setRunFilter(this.runFilterBox.value)});
+    this.runCount = el('span', {class: 'tbr-wave-runs-count', 'data-testid': 'wave-runs-count'});
+    const bulk = (on) => el('button', {type: 'button', class: 'tbr-button tbr-wave-runs-bulk', 'data-testid': `wave-runs-${on ? 'all' : 'none'}`,
+      title: on ? 'Tick every run the filter shows' : 'Untick every run the filter shows', onclick: () => this.tickShown(on)}, on ? 'all' : 'none');
+    this.runHead = el('div', {class: 'tbr-wave-runs-head'}, el('span', {class: 'tbr-wave-runs-title'}, 'Runs'), this.runCount,
+      this.runFilterBox, bulk(true), bulk(false));
+    this.runBox = el('div', {class: 'tbr-wave-runs', 'data-testid': 'wave-runs', role: 'group', 'aria-label': 'Runs to overlay'},
+      this.runHead, this.runList);
     this.reload = el('button', {type: 'button', class: 'tbr-button tbr-wave-reload', title: 'Read the series again (event files grow while training)',
       onclick: () => this.refresh(true)}, 'Reload');
     this.canvas = el('canvas', {class: 'tbr-wave-canvas', 'data-testid': 'wave-canvas', role: 'img',
@@ -130,6 +156,11 @@ export class WaveformPanel {
     this.plot = el('div', {class: 'tbr-wave-plot'}, this.canvas, this.tooltip, this.empty);
     this.legend = el('ul', {class: 'tbr-wave-legend', 'data-testid': 'wave-legend', 'aria-label': 'Legend'});
     this.note = el('div', {class: 'tbr-wave-note', 'data-testid': 'wave-note', role: 'status'});
+    this.unaccText = el('span', {});
+    this.unaccButton = el('button', {type: 'button', class: 'tbr-wave-anomaly-link', 'data-testid': 'wave-unaccounted-toggle',
+      onclick: () => this.setHideUnaccounted(!this.hideUnaccounted)});
+    this.unaccNote = el('div', {class: 'tbr-wave-note tbr-wave-unaccounted', 'data-testid': 'wave-unaccounted', role: 'status',
+      hidden: true}, this.unaccText, ' ', this.unaccButton);
     this.body = el('div', {class: 'tbr-wave-body'}, this.plot, this.legend);
     this.root = el('section', {class: 'tbr-wave', 'data-testid': 'waveforms', 'data-state': 'idle', 'aria-label': 'Waveforms'},
       el('div', {class: 'tbr-wave-head'}, this.toggle,
@@ -139,7 +170,7 @@ export class WaveformPanel {
         el('label', {class: 'tbr-check', title: 'Draw each restart (a step not above the one before it) as its own line'},
           this.splitBox, ' Split at restarts'),
         this.reload, this.runBox),
-      this.body, this.note);
+      this.body, this.unaccNote, this.note);
     container.append(this.root);
     this.ctx = this.canvas.getContext('2d');
     this.setCollapsed(collapsed, false);
@@ -188,18 +219,71 @@ export class WaveformPanel {
     return this.runs.map((r) => r.run).filter((r) => (r === this.run ? !this.unticked : this.ticked.has(r)));
   }
 
+  /** The Runs checklist: a scrolling grid of checkboxes, filtered by the filter box (shown past ten runs). */
   renderRuns() {
-    setChildren(this.runBox, this.runs.length > 1 ? 'Runs ' : null, this.runs.length > 1 ? this.runs.map((r) => {
+    const many = this.runs.length > 1;
+    this.runBox.hidden = !many;
+    const filtering = this.runs.length >= RUN_FILTER_FROM;
+    this.runFilterBox.hidden = !filtering;
+    if (!filtering && this.runFilter) this.runFilter = this.runFilterBox.value = '';
+    setChildren(this.runList, many ? this.runs.map((r) => {
       const on = r.run === this.run ? !this.unticked : this.ticked.has(r.run);
       const box = el('input', {type: 'checkbox', checked: on, 'data-run': r.run, onchange: () => {
-        if (r.run === this.run) this.unticked = !box.checked;
-        else if (box.checked) this.ticked.add(r.run);
-        else this.ticked.delete(r.run);
+        this.setTicked(r.run, box.checked);
+        this.renderRunCount();
         this.refresh(false);
       }});
-      return el('label', {class: `tbr-check${r.run === this.run ? ' tbr-wave-current' : ''}`,
-        title: r.run === this.run ? 'the run in the timeline' : 'overlay this run'}, box, ` ${r.run}`);
+      return el('label', {class: `tbr-check${r.run === this.run ? ' tbr-wave-current' : ''}`, 'data-run': r.run,
+        title: `${r.run}\n${r.run === this.run ? 'the run in the timeline' : 'overlay this run'}`}, box, ' ', bdi(r.run));
     }) : null);
+    this.applyRunFilter();
+  }
+
+  /** Ticks or unticks one run (the current run's box says whether it is shown). */
+  setTicked(run, on) {
+    if (run === this.run) this.unticked = !on;
+    else if (on) this.ticked.add(run);
+    else this.ticked.delete(run);
+  }
+
+  setRunFilter(text) {
+    this.runFilter = String(text || '');
+    this.applyRunFilter();
+  }
+
+  /** The runs the filter shows (case-insensitive substring; all when empty). */
+  filteredRuns() {
+    const q = this.runFilter.trim().toLowerCase();
+    return this.runs.map((r) => r.run).filter((run) => !q || run.toLowerCase().includes(q));
+  }
+
+  applyRunFilter() {
+    const keep = new Set(this.filteredRuns());
+    for (const label of this.runList.children) label.hidden = !keep.has(label.dataset.run);
+    this.renderRunCount();
+  }
+
+  renderRunCount() {
+    const shown = this.shownRuns().length;
+    const listed = this.filteredRuns().length;
+    const n = this.runs.length;
+    setText(this.runCount, `${formatCount(shown)} of ${formatCount(n)} ticked${listed < n ? ` · ${formatCount(listed)} match` : ''}`);
+  }
+
+  /** "all"/"none": tick or untick every run the filter shows, then plot once. */
+  tickShown(on) {
+    for (const run of this.filteredRuns()) this.setTicked(run, on);
+    for (const box of this.runList.querySelectorAll('input[data-run]')) {
+      box.checked = box.dataset.run === this.run ? !this.unticked : this.ticked.has(box.dataset.run);
+    }
+    this.renderRunCount();
+    this.refresh(false);
+  }
+
+  setHideUnaccounted(hide) {
+    this.hideUnaccounted = hide;
+    save('hideUnaccounted', hide);
+    this.refresh(false);
   }
 
   pickSeries(key) {
@@ -324,6 +408,11 @@ export class WaveformPanel {
     const colorOf = (run) => seriesColor(Math.max(0, this.runs.findIndex((r) => r.run === run)));
     this.entries = runs.map((run) => ({run, host: derived ? this.hostFor(run) : null, derived, name,
       color: colorOf(run), status: 'loading', message: 'loading…', anomalies: anomaliesOf(this.runs, run)}));
+    // Step time of the current run: its unaccounted time rides along, shown only if it stands out (`fill`).
+    if (derived && name === 'step_time_ms' && runs.includes(this.run) && this.host) {
+      this.entries.push({run: this.run, host: this.host, derived, name: UNACCOUNTED, overlay: true,
+        color: colorOf(this.run), status: 'loading', message: 'loading…', anomalies: []});
+    }
     this.renderLegend();
     this.showEmpty(runs.length ? 'Loading…' : 'Tick a run to plot.');
     this.requestDraw();
@@ -373,14 +462,22 @@ export class WaveformPanel {
         const steps = Array.isArray(doc.steps) ? doc.steps : [];
         entry.steps = steps;
         entry.marker = doc.marker;
-        entry.slowest = Array.isArray(doc.slowest) ? doc.slowest.filter((i) => i >= 0 && i < steps.length) : [];
+        const indices = (list) => (Array.isArray(list) ? list.filter((i) => Number.isInteger(i) && i >= 0 && i < steps.length) : []);
+        entry.slowest = entry.overlay || name === UNACCOUNTED ? [] : indices(doc.slowest);
+        entry.standsOut = indices(doc.unaccounted_stands_out); // steps whose unaccounted time stands out
+        if (entry.overlay && (this.hideUnaccounted || !entry.standsOut.length)) {
+          entry.status = 'off'; // nothing to say: the overlay stays away
+          entry.xs = entry.ys = entry.smooth = null;
+          this.renderUnaccounted();
+          return;
+        }
         entry.xs = steps.map((s) => s.step);
         entry.ys = steps.map((s) => derivedValue(s, name));
         if (!steps.length) {
           entry.status = 'nosteps';
           entry.message = `no steps: ${doc.reason || 'the trace has no step markers'}`;
         }
-        if (run === this.run && host === this.host) this.feedTimeline(doc);
+        if (run === this.run && host === this.host && !entry.overlay) this.feedTimeline(doc);
       } else {
         const tags = run === this.run && currentTags ? currentTags : await this.tags(run);
         if (seq !== this.seq) return;
@@ -411,12 +508,47 @@ export class WaveformPanel {
       }
     } catch (err) {
       if (seq !== this.seq) return;
+      if (entry.overlay) { // the step-time entry says what failed
+        entry.status = 'off';
+        entry.xs = entry.ys = entry.smooth = null;
+        return;
+      }
       entry.status = err.missing ? 'missing' : 'error';
       entry.message = err.missing ? err.message : `could not load: ${err.message}`;
       entry.xs = entry.ys = entry.smooth = null;
     }
     this.renderLegend();
+    this.renderUnaccounted();
     this.requestDraw();
+  }
+
+  /** The entries on show: an overlay that stays away (or is not there yet) is not one. */
+  visibleEntries() {
+    return this.entries.filter((e) => !e.overlay || e.status === 'ok');
+  }
+
+  /**
+   * The line under the plot when unaccounted time stands out in a shown entry: which step,
+   * how much, against what, and that it is overlaid (with a button to hide or show it).
+   */
+  renderUnaccounted() {
+    const source = this.entries.find((e) => e.overlay && e.status === 'ok')
+      || this.entries.find((e) => e.name === UNACCOUNTED && e.status === 'ok' && e.standsOut && e.standsOut.length);
+    const hidden = this.entries.find((e) => e.overlay && e.status === 'off' && e.standsOut && e.standsOut.length);
+    const e = source || (this.hideUnaccounted ? hidden : null);
+    this.unaccNote.hidden = !e;
+    this.root.dataset.unaccounted = e ? String(e.steps[e.standsOut[0]].step) : '';
+    if (!e) return;
+    const i = e.standsOut[0];
+    const ms = derivedValue(e.steps[i], UNACCOUNTED);
+    const spread = robustSpread(e.steps.map((st) => toNumber(st.step_time_ms)));
+    const median = spread ? spread.median : NaN;
+    const more = e.standsOut.length > 1 ? ` (and step${e.standsOut.length > 2 ? 's' : ''} ${e.standsOut.slice(1).map((j) => e.steps[j].step).join(', ')})` : '';
+    setText(this.unaccText, `Unaccounted time stands out: step ${e.steps[i].step} has ${formatDuration(ms * 1000)} that no op on its thread ` +
+      `accounts for${more}, against a median step of ${formatDuration(median * 1000)}` +
+      (e.name === UNACCOUNTED && !e.overlay ? '.' : e.status === 'ok' ? ' — overlaid dashed on step time.' : ' — hidden.'));
+    this.unaccButton.hidden = !(e.overlay || hidden);
+    setText(this.unaccButton, this.hideUnaccounted ? 'show it' : 'hide it');
   }
 
   /** The step-time track of the timeline: its run and host's steps, slowest marked. */
@@ -455,12 +587,15 @@ export class WaveformPanel {
 
   // ---- legend ----------------------------------------------------------------
   renderLegend() {
-    setChildren(this.legend, this.entries.map((e) => {
+    setChildren(this.legend, this.visibleEntries().map((e) => {
       const a = e.analysis;
       const swatch = el('span', {class: 'tbr-wave-swatch', 'aria-hidden': 'true'});
       swatch.style.background = e.color; // CSSOM, not a style attribute: TensorBoard's CSP allows it
+      if (e.overlay) swatch.style.background = `repeating-linear-gradient(90deg, ${e.color} 0 3px, transparent 3px 5px)`;
       const li = el('li', {class: 'tbr-wave-entry', 'data-run': e.run, 'data-host': e.host || '', 'data-status': e.status,
-        'data-color': e.color}, swatch, el('span', {class: 'tbr-wave-name'}, e.host ? [bdi(e.run), ' / ', bdi(e.host)] : bdi(e.run)));
+        'data-color': e.color, 'data-series': e.name, 'data-overlay': e.overlay ? '1' : ''}, swatch,
+      el('span', {class: 'tbr-wave-name'}, e.host ? [bdi(e.run), ' / ', bdi(e.host)] : bdi(e.run),
+        e.overlay ? ` — ${derivedLabel(e.name)}, dashed` : ''));
       const bits = [];
       if (a && e.status === 'ok') {
         bits.push(a.n === 1 ? '1 point' : `${formatCount(a.n)} points`);
@@ -470,6 +605,11 @@ export class WaveformPanel {
         if (a.reversalCount) bits.push(`${formatCount(a.reversalCount)} reversal${a.reversalCount > 1 ? 's' : ''}`);
         if (e.slowest && e.slowest.length) {
           bits.push(`slowest: step ${e.slowest.slice(0, 3).map((i) => e.steps[i].step).join(', ')}${e.slowest.length > 3 ? ', …' : ''}`);
+        } else if (e.derived && e.name === 'step_time_ms' && a.finite >= 3) {
+          bits.push('no step stands out');
+        }
+        if ((e.overlay || e.name === UNACCOUNTED) && e.standsOut && e.standsOut.length) {
+          bits.push(`stands out: ${e.standsOut.map((i) => `step ${e.steps[i].step} (${formatDuration(derivedValue(e.steps[i], UNACCOUNTED) * 1000)})`).join(', ')}`);
         }
         Object.assign(li.dataset, {points: a.n, nan: a.nan, posInf: a.posInf, negInf: a.negInf,
           reversals: a.reversalCount, segments: a.segments.length, lines: a.lines, dots: a.dots});
@@ -538,7 +678,7 @@ export class WaveformPanel {
     this.anomalyMarks = [];
     const loading = this.entries.some((e) => e.status === 'loading');
     if (!sc) {
-      const said = this.entries.filter((e) => e.message && e.status !== 'loading').map((e) => `${e.run}: ${e.message}`);
+      const said = this.visibleEntries().filter((e) => e.message && e.status !== 'loading').map((e) => `${e.run}: ${e.message}`);
       if (this.entries.length) this.showEmpty(loading ? 'Loading…' : said.join('\n') || 'Nothing to plot.');
       this.renderLegendGeometry();
       return;
@@ -556,11 +696,13 @@ export class WaveformPanel {
       const smooth = smoothing ? planSeries(e.xs, e.smooth, a.segments, sc.toX, sc.toY) : raw;
       this.plan.set(e, {raw, smooth});
       const sparse = a.n <= (sc.x1 - sc.x0) / 6;
-      this.paint(raw, e.color, smoothing ? 0.3 : 1, smoothing ? 1 : 1.5, sparse);
-      if (smoothing) this.paint(smooth, e.color, 1, 1.6, false);
+      const dash = e.overlay ? [5, 3] : null;
+      this.paint(raw, e.color, smoothing ? 0.3 : 1, smoothing ? 1 : 1.5, sparse, dash);
+      if (smoothing) this.paint(smooth, e.color, 1, 1.6, false, dash);
       this.paintGaps(raw.gaps, e.color, sc);
       this.paintReversals(e, sc);
       if (e.derived && e.slowest) this.paintSlowest(e, sc);
+      if ((e.overlay || e.name === UNACCOUNTED) && e.standsOut) this.paintStandsOut(e, sc);
     }
     ctx.restore();
     this.paintAnomalies(sc);
@@ -569,8 +711,9 @@ export class WaveformPanel {
   }
 
   /** Lines, then dots: every record of a sparse series, lone records always (a lone point is a dot, never nothing). */
-  paint(plan, color, alpha, width, sparse) {
+  paint(plan, color, alpha, width, sparse, dash = null) {
     const ctx = this.ctx;
+    ctx.setLineDash(dash || []);
     ctx.globalAlpha = alpha;
     ctx.strokeStyle = color;
     ctx.fillStyle = color;
@@ -581,6 +724,7 @@ export class WaveformPanel {
       ctx.moveTo(flat[0], flat[1]);
       for (let j = 2; j < flat.length; j += 2) ctx.lineTo(flat[j], flat[j + 1]);
       ctx.stroke();
+      ctx.setLineDash([]);
       if (sparse) {
         ctx.globalAlpha = Math.max(alpha, 0.6); // the records themselves stay legible behind the smoothed line
         for (let j = 0; j < flat.length; j += 2) {
@@ -590,7 +734,9 @@ export class WaveformPanel {
         }
         ctx.globalAlpha = alpha;
       }
+      ctx.setLineDash(dash || []);
     }
+    ctx.setLineDash([]);
     ctx.globalAlpha = Math.max(alpha, 0.55); // a lone record is a dot, never nothing
     for (const [x, y] of plan.dots) {
       ctx.beginPath();
@@ -685,6 +831,31 @@ export class WaveformPanel {
     }
   }
 
+  /** Where unaccounted time stands out: a double ring on the point and its time beside it ("152 ms no op"). */
+  paintStandsOut(e, sc) {
+    const ctx = this.ctx;
+    ctx.strokeStyle = e.color;
+    ctx.fillStyle = e.color;
+    ctx.textBaseline = 'middle';
+    for (const i of e.standsOut) {
+      const v = e.ys[i];
+      if (!Number.isFinite(v)) continue;
+      const x = sc.toX(e.xs[i]);
+      const y = sc.toY(v);
+      for (const [r, w] of [[5, 1.6], [8.5, 1]]) {
+        ctx.lineWidth = w;
+        ctx.beginPath();
+        ctx.arc(x, y, r, 0, 2 * Math.PI);
+        ctx.stroke();
+      }
+      const text = `${formatDuration(v * 1000)} no op`;
+      const tw = ctx.measureText(text).width;
+      ctx.textAlign = x + 12 + tw > sc.x1 ? 'right' : 'left';
+      ctx.fillText(text, ctx.textAlign === 'right' ? x - 12 : x + 12, y);
+      ctx.textAlign = 'left';
+    }
+  }
+
   /**
    * The anomalies of each shown run: an orange ⚠ in the margin above the plot at the
    * step, a dashed orange line down to the point and an orange ring around it.
@@ -766,16 +937,17 @@ export class WaveformPanel {
     ctx.fillStyle = COLORS.mutedText;
     ctx.textBaseline = 'middle';
     ctx.fillText('step', 6, y1 + 11);
-    const e = this.entries.find((en) => en.name);
+    const e = this.entries.find((en) => en.name && !en.overlay);
     if (e) {
-      ctx.fillText(e.derived ? derivedLabel(e.name) : showControls(e.name), x0 + 6, y0 - 8);
+      const over = sc.shown.some((en) => en.overlay) ? ` · dashed: ${derivedLabel(UNACCOUNTED)}` : '';
+      ctx.fillText(`${e.derived ? derivedLabel(e.name) : showControls(e.name)}${over}`, x0 + 6, y0 - 8);
     }
   }
 
   /** Per entry, what the lines hold after per-pixel reduction (the tests read it). */
   renderLegendGeometry() {
     for (const li of this.legend.children) {
-      const e = this.entries.find((en) => en.run === li.dataset.run);
+      const e = this.entries.find((en) => en.run === li.dataset.run && en.name === li.dataset.series);
       const p = e && this.plan ? this.plan.get(e) : null;
       if (p) li.dataset.vertices = String(p.raw.vertices);
     }
@@ -859,6 +1031,9 @@ export class WaveformPanel {
     if (e.derived) {
       const s = e.steps[i];
       lines.push(`window ${formatDuration(s.end_us - s.start_us)}${e.slowest.includes(i) ? ' · one of the slowest steps' : ''}`);
+      const u = derivedValue(s, UNACCOUNTED);
+      if (e.name !== UNACCOUNTED && Number.isFinite(u)) lines.push(`${formatDuration(u * 1000)} no op accounts for`);
+      if ((e.overlay || e.name === UNACCOUNTED) && e.standsOut && e.standsOut.includes(i)) lines.push('its unaccounted time stands out');
       lines.push('click: show this step in the timeline');
     } else if (e.wall && Number.isFinite(e.wall[i])) {
       lines.push(`wall time ${new Date(e.wall[i] * 1000).toISOString().replace('T', ' ').replace('Z', ' UTC')}`);
@@ -919,7 +1094,7 @@ export class WaveformPanel {
   /** A test handle: where a record is drawn, in client pixels (null when not drawn). */
   locate(run, index) {
     const sc = this.sc;
-    const e = this.entries.find((en) => en.run === run);
+    const e = this.entries.find((en) => en.run === run && !en.overlay);
     if (!sc || !e || !e.xs || index >= e.xs.length) return null;
     const r = this.canvas.getBoundingClientRect();
     const v = e.ys[index];
@@ -945,7 +1120,7 @@ export class WaveformPanel {
 
   debug({values = false} = {}) {
     const enc = (arr) => (arr ? Array.from(arr, (v) => (Number.isFinite(v) ? v : String(v))) : null);
-    return this.entries.map((e) => {
+    return this.visibleEntries().map((e) => {
       const p = this.plan && this.plan.get(e);
       const a = e.analysis;
       const extent = {};
@@ -970,6 +1145,7 @@ export class WaveformPanel {
         reversals: a ? a.reversalCount : 0, segments: a ? a.segments.map((s) => s.slice()) : [],
         lines: p ? p.raw.lines.length : 0, dots: p ? p.raw.dots.length : 0, vertices: p ? p.raw.vertices : 0,
         gaps: p ? p.raw.gaps.map((g) => g.kind) : [], slowest: e.slowest || [], anomalies: this.debugAnomalies(e),
+        overlay: !!e.overlay, standsOut: e.standsOut || [],
         steps: e.steps ? e.steps.map((s) => ({step: s.step, start_us: s.start_us, end_us: s.end_us})) : null,
         ...extent, ...(values ? {xs: e.xs ? Array.from(e.xs) : null, ys: enc(e.ys), smooth: enc(e.smooth)} : {})};
     });
