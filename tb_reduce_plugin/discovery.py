@@ -445,6 +445,20 @@ def events_folder(trace_dir: str) -> str:
     return trace_dir
 
 
+def _window_series(window_dir: str) -> Optional[str]:
+    """The series run a live window's `window.json` names (relative to `live/`), if a safe one."""
+    try:
+        f, _ = open_regular(os.path.join(window_dir, "window.json"), max_file_bytes=1 << 20)
+        with f:
+            series = json.loads(f.read(1 << 20)).get("series")
+    except (OSError, TraceError, ValueError, AttributeError):
+        return None
+    if not isinstance(series, str) or not series or "\0" in series or series.startswith("/"):
+        return None
+    parts = series.split("/")
+    return os.path.join(*parts) if all(p and not p.startswith(".") and "\\" not in p for p in parts) else None
+
+
 class Catalog:
     """The traces under one logdir, refreshed at most every `max_age_s`."""
 
@@ -559,7 +573,7 @@ class Catalog:
         """Paths of the TensorBoard event files of a listed run (its scalars), in name order.
 
         A live window (`<logdir>/live/<window>/`, written by `tb-reduce live`) holds none of
-        its own: its scalars are the sidecar's, one series across windows, in `live/`.
+        its own: its scalars are the sidecar's series of its source (`_scalars_dir`).
         """
         files = self.files()
         with self._lock:
@@ -571,10 +585,13 @@ class Catalog:
 
     def _scalars_dir(self, f: TraceFile) -> str:
         """The folder whose event files a trace file's run reads: its events folder, or for a
-        live window without event files of its own, the sidecar's `live/` (one series)."""
+        live window without event files of its own, the sidecar's series of its source, in
+        the run its `window.json` names (`live/series/<source>/`; `live/` for windows written
+        before there was one run per source)."""
         parent = os.path.dirname(f.events_dir)
         if not self._event_files.get(f.events_dir) and os.path.basename(parent) == LIVE_FOLDER:
-            return parent
+            series = _window_series(f.events_dir)
+            return os.path.join(parent, series) if series is not None else parent
         return f.events_dir
 
     def _find_scalar_runs(self, files: dict[tuple[str, str], TraceFile], skipped: list[tuple[str, str]]) -> None:

@@ -23,7 +23,7 @@ import pytest
 from tb_reduce_plugin.live import sidecar as sidecar_module
 from tb_reduce_plugin.live.sidecar import ANOMALY_JSON, LiveConfig, Sidecar
 from tb_reduce_plugin.live.watch import Watcher
-from tb_reduce_plugin.live.windows import LIVE_FOLDER, WindowWriter
+from tb_reduce_plugin.live.windows import LIVE_FOLDER, WINDOW_NAME, WindowWriter
 from tb_reduce_plugin.waveforms.scalars import RunScalars
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -193,17 +193,17 @@ def test_a_window_killed_right_after_its_folder_appeared_is_done_whole_after_the
     p = subprocess.run([sys.executable, "-c", _KILL_AFTER_FOLDER, str(logdir), str(watch)], timeout=120,
                        capture_output=True, text=True)
     assert p.returncode == 9, p.stderr
-    assert len([d for d in (logdir / LIVE_FOLDER).iterdir() if d.is_dir() and not d.name.startswith(".")]) == 1
+    assert len([d for d in (logdir / LIVE_FOLDER).iterdir() if d.is_dir() and WINDOW_NAME.match(d.name)]) == 1
     car = Sidecar(LiveConfig(logdir=str(logdir), watch=str(watch), settle_s=0.0, triggers=["step:2x"], after_s=0.0))
     [record] = car.step()  # not taken as done: done again
     car.finish()
     live = logdir / LIVE_FOLDER
-    windows = [d.name for d in live.iterdir() if d.is_dir() and not d.name.startswith(".") and "-anomaly-" not in d.name]
+    windows = [d.name for d in live.iterdir() if d.is_dir() and WINDOW_NAME.match(d.name) and "-anomaly-" not in d.name]
     assert windows == [record.name]  # the half-done one is replaced, not doubled
     assert len(car.ring.entries()) == 1  # kept raw
     [anomaly] = car.anomalies  # judged by the triggers
     assert json.loads((Path(anomaly) / ANOMALY_JSON).read_text())["step"] == 5
-    rs = RunScalars(str(live))
+    rs = RunScalars(str(live / "series" / "w"))  # the source's run: its steps once, though the window was done twice
     rs.poll()
     assert rs.series("live/step_time_ms")[0].tolist() == list(range(8))
     assert Sidecar(LiveConfig(logdir=str(logdir), watch=str(watch), settle_s=0.0)).step() == []  # now done

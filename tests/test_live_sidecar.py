@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tb_reduce_plugin.discovery import Catalog
 from tb_reduce_plugin.live.sidecar import ANOMALY_JSON, RING_FOLDER, LiveConfig, Sidecar
+from tb_reduce_plugin.live.windows import WINDOW_NAME
 from tb_reduce_plugin.waveforms.scalars import RunScalars
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -55,10 +56,11 @@ def test_a_stalled_torch_step_is_reduced_listed_and_kept_raw_with_its_report(tmp
     listed = runs[f"live/{os.path.basename(anomaly)}"]["anomaly"]  # the run list carries the report's gist
     assert listed["step"] == 5 and listed["window"] == record.name and listed["trigger"] == "step:2x"
     assert "anomaly" not in runs[record.run]
-    # a window's scalars are the sidecar's series across windows, in live/
-    assert [os.path.dirname(p) for p in Catalog(str(logdir)).event_files(record.run)] == [str(logdir / "live")]
+    # a window's scalars are the sidecar's series across the windows of its source, in live/series/<source>/
+    series = logdir / "live" / "series" / "w1"
+    assert [os.path.dirname(p) for p in Catalog(str(logdir)).event_files(record.run)] == [str(series)]
     # the live scalars: one point per step, step 5 the slowest
-    rs = RunScalars(str(logdir / "live"))
+    rs = RunScalars(str(series))
     rs.poll()
     steps, _, values = rs.series("live/step_time_ms")
     assert steps.tolist() == list(range(8)) and int(steps[values.argmax()]) == 5 and rs.gaps == []
@@ -72,7 +74,7 @@ def test_the_same_window_is_not_reduced_twice_after_a_restart(tmp_path: Path) ->
     again = _sidecar(tmp_path, triggers=["step:3x"])
     assert again.step() == []
     live = Path(car.config.logdir) / "live"
-    windows = [d for d in live.iterdir() if d.is_dir() and not d.name.startswith(".") and "-anomaly-" not in d.name]
+    windows = [d for d in live.iterdir() if d.is_dir() and WINDOW_NAME.match(d.name) and "-anomaly-" not in d.name]
     assert len(windows) == 1
 
 
@@ -118,7 +120,7 @@ def test_tb_reduce_live_runs_as_a_process_and_stops_on_sigterm(tmp_path: Path) -
 
 def _windows(logdir: Path) -> list[str]:
     live = logdir / "live"
-    return [d.name for d in live.iterdir() if d.is_dir() and not d.name.startswith(".")] if live.is_dir() else []
+    return [d.name for d in live.iterdir() if d.is_dir() and WINDOW_NAME.match(d.name)] if live.is_dir() else []
 
 
 def test_a_capture_source_without_its_folder_is_refused_in_one_line_naming_the_helper(tmp_path: Path) -> None:
@@ -153,15 +155,20 @@ def test_sigkill_at_random_moments_leaves_only_complete_windows_and_readable_sca
     car.step()
     car.finish()
     live = logdir / "live"
-    windows = [d for d in live.iterdir() if d.is_dir() and not d.name.startswith(".") and "-anomaly-" not in d.name]
+    windows = [d for d in live.iterdir() if WINDOW_NAME.match(d.name)]
     raws = [json.loads((d / "window.json").read_text())["raw"] for d in windows]
     names = [r["path"] if isinstance(r, dict) else r[0] for r in raws]
     assert len(names) == len(set(names)) == landed  # every window once, none twice
     for d in windows:
         index_file(next(d.glob("*.trace.json.gz")))  # complete and readable
-    rs = RunScalars(str(live))
-    rs.poll()
-    assert rs.gaps == [] and len(rs.series("live/step_time_ms")[0]) >= 8
+    points = 0
+    for run in (live / "series").iterdir():  # one run per source: here each file is one (w0, w1, ...)
+        if run.is_dir():
+            rs = RunScalars(str(run))
+            rs.poll()
+            assert rs.gaps == []
+            points += len(rs.series("live/step_time_ms")[0])
+    assert points >= 8
     assert car.ring.total_bytes <= 0.2 * 1024 * 1024
     for d in live.iterdir():
         if "-anomaly-" in d.name:

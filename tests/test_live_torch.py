@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -87,9 +89,10 @@ def windows(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_windows_are_saved_whole_off_the_training_thread(windows: Path) -> None:
     traces = sorted(p.name for p in windows.glob("*.pt.trace.json"))
-    assert traces == [f"window{n:06d}.pt.trace.json" for n in range(1, STEPS // EVERY + 1)]
+    worker = f"{socket.gethostname()}_{os.getpid()}".replace(".", "-")  # named as Kineto's handler names them
+    assert traces == [f"window{n:06d}.{worker}.pt.trace.json" for n in range(1, STEPS // EVERY + 1)]
     assert not [p for p in windows.iterdir() if p.name.startswith(".")]
-    overhead = json.loads((windows / f"window000002{OVERHEAD_SUFFIX}").read_text())
+    overhead = json.loads((windows / f"window000002.{worker}{OVERHEAD_SUFFIX}").read_text())
     assert overhead["captured_steps"] >= 1 and overhead["uncaptured_steps"] >= 1
 
 
@@ -107,7 +110,7 @@ def test_exactly_the_window_with_the_slow_step_is_kept_raw_for_each_trigger_alon
     slow_window = next(r for r in records if SLOW_STEP in r.step_numbers)
     assert report["window"] == slow_window.name
     raw = [p for p in os.listdir(anomaly) if p.endswith(".pt.trace.json")]
-    assert len(raw) == 1 and raw[0].endswith("window000003.pt.trace.json"), raw  # the raw window, and only it
+    assert len(raw) == 1 and re.search(r"window000003\.[^.]+\.pt\.trace\.json$", raw[0]), raw  # the raw window, and only it
 
 
 def test_the_capture_cost_becomes_a_live_series(windows: Path, tmp_path: Path) -> None:
@@ -115,7 +118,8 @@ def test_the_capture_cost_becomes_a_live_series(windows: Path, tmp_path: Path) -
                              triggers=["name:^never$:1s"]))
     car.step()
     car.finish()
-    rs = RunScalars(str(tmp_path / "logdir" / "live"))
+    [source] = [d for d in (tmp_path / "logdir" / "live" / "series").iterdir() if d.is_dir()]  # one: this process
+    rs = RunScalars(str(source))
     rs.poll()
     steps, _, values = rs.series("live/overhead_pct")
     assert len(steps) >= 3 and rs.gaps == []
@@ -133,7 +137,7 @@ def test_torch_schedule_is_an_on_trace_ready_handler_for_your_own_profiler(tmp_p
             prof.step()
     w.close()
     saved = sorted(p.name for p in (tmp_path / "profiles").glob("*.pt.trace.json"))
-    assert saved == ["window000001.pt.trace.json", "window000002.pt.trace.json"] and w.failures == 0
+    assert saved == [f"window00000{n}.{w.worker}.pt.trace.json" for n in (1, 2)] and w.failures == 0
 
 
 def test_a_full_disk_costs_windows_not_the_training_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -142,7 +146,7 @@ def test_a_full_disk_costs_windows_not_the_training_loop(tmp_path: Path, monkeyp
 
     from tb_reduce_plugin.live.capture import TorchWindows
 
-    def full(self, n, results, overhead):
+    def full(self, n, results, overhead, ended=None):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(TorchWindows, "_save", full)

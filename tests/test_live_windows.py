@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def test_truncated_raw_window(tmp_path: Path, raw: Path) -> None:
     assert json.loads(Path(rec.folder, WINDOW_JSON).read_text())["raw"]["truncated"] is True
 
 
-def test_prune_keeps_newest_and_never_anomaly_runs(tmp_path: Path, raw: Path) -> None:
+def test_prune_keeps_newest_and_never_anomaly_runs_nor_the_windows_they_name(tmp_path: Path, raw: Path) -> None:
     w = WindowWriter(tmp_path, keep=3)
     first = w.write(raw, T0, T0 + 1)
     anomaly = Path(w.live_dir) / f"{first.name}-anomaly-20261129T000001Z"
@@ -109,12 +110,20 @@ def test_prune_keeps_newest_and_never_anomaly_runs(tmp_path: Path, raw: Path) ->
     other = Path(w.live_dir) / "notes"
     other.mkdir()
     names = [first.name] + [w.write(raw, T0 + i, T0 + i + 1).name for i in range(1, 7)]
-    assert w.windows() == names[-3:]
+    assert w.windows() == [first.name] + names[-3:]  # the window holding the anomaly stays, beside the newest 3
     assert anomaly.is_dir() and other.is_dir()
+    w.protected = {names[-3]}  # an anomaly still to be preserved holds its window too
+    w.write(raw, T0 + 8, T0 + 9)
+    assert names[-3] in w.windows() and names[-2] in w.windows() and len(w.windows()) == 5
+    w.protected = set()
+    shutil.rmtree(anomaly)
+    w.prune()
+    now = w.windows()
+    assert len(now) == 3 and first.name not in now and names[-3] not in now
     assert not [n for n in os.listdir(w.live_dir) if n.startswith((".window-", ".pruned-"))]
     assert len(w.prune()) == 0
     w.keep = 1
-    assert w.prune() == names[-3:-1] and w.windows() == names[-1:]
+    assert w.prune() == now[:2] and w.windows() == now[-1:]
 
 
 def test_resume_continues_numbering_and_skips_written_windows(tmp_path: Path, raw: Path) -> None:

@@ -5,16 +5,16 @@
 `on_trace_ready` handler, or, as a context manager, owns the profiler too. Each
 finished window's results are saved off the training thread (the profiler has moved
 on: only the results object is kept), into a dot-named file, then renamed into
-`folder` as `windowNNNNNN.pt.trace.json`, so the sidecar sees it complete or not at
+`folder` as `windowNNNNNN.<host>_<pid>.pt.trace.json`, so the sidecar sees it complete or not at
 all. Used as a context manager, it also times every step, captured or not, and
-writes `windowNNNNNN.overhead.json` beside each window (median step time captured vs
+writes `windowNNNNNN.<host>_<pid>.overhead.json` beside each window (median step time captured vs
 uncaptured): the sidecar turns it into the `live/overhead_pct` series, so users see
 what watching costs.
 
 `jax_windows(folder, every_s, window_s)` owns JAX's profiler (one trace at a time:
 JAX raises on a second `start_trace`): a background thread starts a trace every
 `every_s`, stops it after `window_s`, and moves the XSpace it wrote into `folder`
-with a rename, so the sidecar (`tb-reduce live --watch FOLDER`) sees each window
+as `windowNNNNNN.<host>_<pid>.xplane.pb` with a rename, so the sidecar (`tb-reduce live --watch FOLDER`) sees each window
 complete or not at all. The training thread only runs its steps (mark them with
 `jax.profiler.StepTraceAnnotation("train", step_num=i)` so windows have steps); a
 capture that fails is logged and the next one tried, never raised into training.
@@ -29,6 +29,7 @@ import logging
 import os
 import queue
 import shutil
+import socket
 import statistics
 import tempfile
 import threading
@@ -58,10 +59,13 @@ def jax_windows(folder: Union[str, os.PathLike], every_s: float = 10.0, window_s
             try:
                 stop.wait(window_s)
             finally:
+                ended = time.time()  # the windows' mtime: when the capture ended (the sidecar's wall clock for them)
                 jax.profiler.stop_trace()
             for path in glob.glob(os.path.join(scratch, "**", "*.xplane.pb"), recursive=True):
                 count[0] += 1
-                os.rename(path, os.path.join(folder, f"window{count[0]:06d}.{os.path.basename(path)}"))
+                host = os.path.basename(path)[: -len(".xplane.pb")] or "host"
+                os.utime(path, (ended, ended))
+                os.rename(path, os.path.join(folder, f"window{count[0]:06d}.{host}_{os.getpid()}.xplane.pb"))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -97,6 +101,10 @@ class TorchWindows:
         self.folder = os.fspath(folder)
         os.makedirs(self.folder, exist_ok=True)
         self.every, self.window_steps, self.warmup = every, window_steps, warmup
+        # In each window's name, as Kineto's own handler names them: ranks (or a restarted
+        # training) writing into one folder never overwrite each other, and the sidecar
+        # keeps each one's series apart (`series.source_of`).
+        self.worker = f"{_safe(socket.gethostname())}_{os.getpid()}"
         self.windows = 0
         self.failures = 0
         self._queue: queue.Queue = queue.Queue(maxsize=4)  # a slow disk drops windows, never blocks training
@@ -118,7 +126,7 @@ class TorchWindows:
         self.windows += 1
         overhead = self.overhead()
         try:
-            self._queue.put_nowait((self.windows, prof.profiler.kineto_results, overhead))
+            self._queue.put_nowait((self.windows, prof.profiler.kineto_results, overhead, time.time()))
         except queue.Full:
             self.failures += 1
             log.warning("tb-reduce live: window %d dropped: the previous ones are still being saved", self.windows)
@@ -177,15 +185,18 @@ class TorchWindows:
             item = self._queue.get()
             if item is None:
                 return
-            n, results, overhead = item
+            n, results, overhead, ended = item
             try:
-                self._save(n, results, overhead)
+                self._save(n, results, overhead, ended)
             except Exception as exc:  # a full disk, a folder gone: say so, never into training
                 self.failures += 1
                 log.warning("tb-reduce live: window %d could not be saved: %s", n, exc)
 
-    def _save(self, n: int, results: Any, overhead: Optional[dict]) -> None:
-        stem = os.path.join(self.folder, f"window{n:06d}")
+    def _save(self, n: int, results: Any, overhead: Optional[dict], ended: Optional[float] = None) -> None:
+        """The window's trace as `<stem>.pt.trace.json`, whole or not at all, its mtime set to
+        `ended` (when the capture ended): the sidecar reads a window's wall-clock place from
+        its file's mtime, which a save that took seconds would otherwise push later."""
+        stem = os.path.join(self.folder, f"window{n:06d}.{self.worker}")
         tmp = os.path.join(self.folder, f".window{n:06d}.{os.getpid()}.tmp")
         try:
             if overhead is not None:
@@ -193,10 +204,17 @@ class TorchWindows:
                     json.dump(overhead, f)
                 os.replace(tmp, stem + OVERHEAD_SUFFIX)
             results.save(tmp)
+            if ended is not None:
+                os.utime(tmp, (ended, ended))
             os.replace(tmp, stem + ".pt.trace.json")
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _safe(name: str) -> str:
+    """A host name as a file name part: no dots (they separate the parts), no path characters."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "host"
 
 
 def torch_schedule(folder: Union[str, os.PathLike], every: int = 10, window_steps: int = 3,

@@ -44,9 +44,11 @@ reads; two files of one process within one second would sort by the counter as t
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import re
 import stat
 import time
 from typing import TYPE_CHECKING, Optional, Union
@@ -55,6 +57,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from ..discovery import split_trace_name
 from ..errors import TraceError
 from ..waveforms.steps import StepSeries
 from .windows import LiveWriteError
@@ -167,10 +170,11 @@ class LiveSeries:
         except Exception as exc:  # the writer's thread failed (a full disk): it says so on the next call
             raise self._error(exc) from None
 
-    def write_steps(self, steps: StepSeries, wall_time: float) -> int:
-        """One event per step: its step time and busy time per category. Returns the
+    def write_steps(self, steps: StepSeries, wall_time: float, keep: Optional[np.ndarray] = None) -> int:
+        """One event per step: its step time and busy time per category, stamped
+        `wall_time` (the window's first step) plus the step's offset. Returns the
         number of steps written (steps with no finite integer number are skipped:
-        TensorBoard steps are integers)."""
+        TensorBoard steps are integers; so are those `keep`, a mask per step, leaves out)."""
         if not len(steps):
             return 0
         numbers = steps.step.tolist()
@@ -181,7 +185,7 @@ class LiveSeries:
         columns += [(f"{PREFIX}{c}_ms", v.tolist()) for c, v in steps.busy_ms.items()]
         written = 0
         for i, number in enumerate(numbers):  # per step, not per event: tens a window
-            if not (math.isfinite(number) and float(number).is_integer()):
+            if not (math.isfinite(number) and float(number).is_integer()) or (keep is not None and not keep[i]):
                 continue
             self._add(int(number), wall_time + offsets[i], [_value(tag, col[i]) for tag, col in columns])
             written += 1
@@ -249,3 +253,135 @@ def _name_second(path: str) -> int:
     rest = os.path.basename(path)[len(EVENT_FILE_PREFIX):]
     head = rest.split(".", 1)[0]
     return int(head) if head.isdigit() else 0
+
+
+# ---- one TensorBoard run per source --------------------------------------------------
+
+SERIES_FOLDER = "series"  # LOGDIR/live/series/<source>/: one run per source
+SERIES_STATE = ".state.json"  # in LOGDIR/live/series/: each source's run and last step, across restarts
+_WINDOW_TOKEN = re.compile(r"^window\d+$")
+_SAFE = re.compile(r"[^A-Za-z0-9_.@+-]+")
+
+
+def source_of(raw_path: str, root: str) -> str:
+    """The source a raw window comes from, as a run name: its folder under the watched one
+    and its file name without the parts that change from window to window.
+
+    Profilers name each window of one process by what is fixed (host, pid, rank) and what
+    counts (a timestamp, a window number): Kineto's handler `<host>_<pid>.<ms>.pt.trace.json`,
+    tb-reduce's helpers `window<N>.<host>_<pid>.…`. Dropping the all-digit and `window<N>`
+    parts of the stem leaves what is fixed: two ranks, or a training restarted with a new
+    pid, are two sources, each its own run, so no reader sees one series' steps go back.
+    """
+    split = split_trace_name(os.path.basename(raw_path))
+    stem = split[0] if split else os.path.basename(raw_path)
+    parts = [t for t in stem.split(".") if t and not t.isdigit() and not _WINDOW_TOKEN.match(t)]
+    try:
+        rel = os.path.relpath(os.path.dirname(os.path.abspath(raw_path)), os.path.abspath(root))
+    except ValueError:
+        rel = "."
+    folder = [] if rel == "." or rel.startswith("..") else [p for p in rel.split(os.sep) if p]
+    name = ".".join(folder + parts) or "trace"
+    name = _SAFE.sub("_", name).lstrip(".") or "trace"
+    return name[:120]
+
+
+class SourceSeries:
+    """The live scalars, one TensorBoard run per source (`LOGDIR/live/series/<source>/`).
+
+    Why per source: TensorBoard's default (fast) loader keeps a run's points only while
+    steps go forward: a record whose step is lower than one before it drops every point
+    at or after it. Two sources sharing one run (two ranks, two models in one watched
+    folder) interleave their step numbers, and a training restarted in place starts
+    again at step 0; either way points are lost. So each source has its own run, and a
+    source whose steps go back anyway (a new raw file starting below the steps already
+    written: a restart that kept its name) goes on in a new run `<source>.run<N>`. A
+    source's steps already written (a file handed out again as it grew) are not written
+    twice. Each source's run and last step are kept in `live/series/.state.json`, so a
+    restarted sidecar goes on in the same runs.
+    """
+
+    def __init__(self, live_dir: Union[str, os.PathLike], **kw: object) -> None:
+        self.root = os.path.join(os.path.abspath(os.fspath(live_dir)), SERIES_FOLDER)
+        self._kw = kw
+        self._open: dict[str, LiveSeries] = {}
+        self._state: dict[str, dict] = self._load()
+
+    def run_of(self, source: str) -> str:
+        """The run (relative to `live/`) the source's points go to now."""
+        st = self._state.get(source)
+        return f"{SERIES_FOLDER}/{st['run'] if st else source}"
+
+    def add(self, record: WindowRecord, source: str, raw_path: str) -> int:
+        """A written window's steps (those not written before) and numbers, flushed."""
+        st = self._state.get(source)
+        numbers = [n for n in record.step_numbers if n is not None]
+        if st is not None and numbers and st.get("raw") != raw_path and min(numbers) <= st["last"]:
+            segment = int(st.get("segment", 1)) + 1  # a new file starting below what is written: a restart
+            st = {"run": f"{source}.run{segment}", "segment": segment, "last": None, "raw": raw_path}
+            self._close(source)
+        if st is None:
+            st = {"run": source, "segment": 1, "last": None, "raw": raw_path}
+        series = self._series(source, st["run"])
+        last = st["last"]
+        keep = np.ones(len(record.steps), dtype=bool)
+        if last is not None:
+            keep = np.asarray([n is not None and n > last for n in record.step_numbers], dtype=bool)
+        n = series.write_steps(record.steps, record.captured_t0, keep)
+        series.write_window(record.sequence, record.captured_t1, record.reduce_s, record.events_in)
+        series.flush()
+        st["last"] = max([last] * (last is not None) + numbers) if numbers else last
+        st["raw"] = raw_path
+        self._state[source] = st
+        self._save()
+        return n
+
+    def write_overhead(self, source: str, step: int, pct: float, wall_time: Optional[float] = None) -> None:
+        st = self._state.get(source) or {"run": source}
+        series = self._series(source, st["run"])
+        series.write_overhead(step, pct, wall_time)
+        series.flush()
+
+    def _series(self, source: str, run: str) -> LiveSeries:
+        series = self._open.get(source)
+        if series is None or os.path.basename(series.run_dir) != run:
+            self._close(source)
+            series = self._open[source] = LiveSeries(os.path.join(self.root, run), **self._kw)  # type: ignore[arg-type]
+        return series
+
+    def _close(self, source: str) -> None:
+        series = self._open.pop(source, None)
+        if series is not None:
+            series.close()
+
+    def close(self) -> None:
+        errors = []
+        for source in list(self._open):
+            try:
+                self._close(source)
+            except TraceError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _load(self) -> dict[str, dict]:
+        try:
+            with open(os.path.join(self.root, SERIES_STATE), encoding="utf-8") as f:
+                doc = json.load(f)
+            return {str(k): v for k, v in doc.items() if isinstance(v, dict) and isinstance(v.get("run"), str)
+                    and _SAFE.sub("_", v["run"]) == v["run"] and not v["run"].startswith(".")}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def _save(self) -> None:
+        path = os.path.join(self.root, SERIES_STATE)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self._state, f)
+            os.replace(tmp, path)
+        except OSError:  # the event files still hold every point; only a restart's choice of run is at stake
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

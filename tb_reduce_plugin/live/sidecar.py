@@ -47,10 +47,10 @@ from ..sources import open_regular
 from .anomalies import prune_anomalies
 from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError
-from .series import LiveSeries
-from .triggers import Firing, RateLimiter, StepHistory, evaluate, parse_triggers
+from .series import SourceSeries, source_of
+from .triggers import Firing, RateLimiter, StepHistory, evaluate, parse_triggers, summarize_suppressed
 from .watch import Ready, Watcher
-from .windows import CRASH_LIMIT, LIVE_FOLDER, LiveWriteError, WindowRecord, WindowWriter, window_time
+from .windows import CRASH_LIMIT, LIVE_FOLDER, LiveWriteError, RawKey, WindowRecord, WindowWriter, window_time
 
 log = logging.getLogger(__name__)
 RING_FOLDER = ".tb-reduce-ring"
@@ -58,6 +58,7 @@ HISTORY_FILE = ".history.json"  # in LOGDIR/live/: the step history, so a restar
 ANOMALY_JSON = "anomaly.json"
 POLL_S = 1.0  # how often the source is asked for new windows, at most
 RETRY_S = 10.0  # a window the filesystem failed (a full disk) is tried again this much later
+GRACE_S = 5.0  # an anomaly is preserved at most this long after its `after_s` even if no later window came
 LOG_LINES = 20  # lines about skipped files or failed windows a minute, at most; then one counts the rest
 PARTIAL_MAX_BYTES = 64 * 1024 * 1024  # a growing file is reduced partially only up to this (and a quarter of the budget)
 
@@ -148,9 +149,11 @@ class Sidecar:
         self.limiter = RateLimiter(cfg.max_per_hour, cfg.cooldown_s)
         self.history = self._load_history()
         self.pending: list[_Pending] = []
-        self.series: Optional[LiveSeries] = None
+        self.series: Optional[SourceSeries] = None
         self.lines = LineLimiter()
         self._retry: list[tuple[float, Ready]] = []
+        self._partial: dict[RawKey, tuple[str, float, float]] = {}  # reduced before it settled: (window, t0, t1)
+        self._latest: dict[str, str] = {}  # raw path -> the window its newest version made
         self.anomalies_pruned = 0
         self._prune_anomalies()
 
@@ -209,13 +212,17 @@ class Sidecar:
 
     def handle(self, ready: Ready) -> Optional[WindowRecord]:
         if self.writer.seen(ready.path, ready.size, ready.mtime_ns):
+            if ready.final:  # this very version was reduced while it might still grow: it is complete now
+                self._finalize(ready)
             return None
         host = _host_of(ready.path)
+        source = source_of(ready.path, self.watcher.path)
         t1 = ready.mtime
         name = self._name(ready.path)
-        try:
-            record = self.writer.write(ready.path, t1, t1, host=host, key=ready.key, expect=ready.identity(),
-                                       commit=False)
+        self.writer.protected = {p.window for p in self.pending}  # never pruned before it is preserved
+        try:  # t0 None: the file's mtime is the capture's end, its start is that minus the trace's span
+            record = self.writer.write(ready.path, None, t1, host=host, key=ready.key, expect=ready.identity(),
+                                       commit=False, series=self._series().run_of(source) if self._series() else None)
         except LiveWriteError as exc:  # the filesystem's fault (a full disk): this file is tried again later
             self.failures += 1
             self._retry.append((time.monotonic() + RETRY_S, ready))
@@ -228,61 +235,112 @@ class Sidecar:
             else:
                 log.debug("tb-reduce live: %s not readable yet: %s", name, exc)
             return None
-        span_s = _span_s(record)
-        t0 = t1 - span_s
+        t0 = record.captured_t0
         self.windows += 1
+        self._supersede(ready, record)
         if ready.final:
-            self._keep_raw(ready, record, t0, t1)
-        self._check(record, t0, t1)
-        self._write_series(record, ready.path)
+            self._keep_raw(ready, record.name, t0, t1)
+        else:
+            self._partial[ready.key] = (record.name, t0, t1)
+        self._check(record, t0, t1, ready.path)
+        self._write_series(record, ready.path, source)
         record.table = None  # the window's events are no longer needed
         self.writer.done(record)
+        self._save_history()  # after done: a window a kill interrupted is judged again, not lost as judged
         return record
 
-    def _keep_raw(self, ready: Ready, record: WindowRecord, t0: float, t1: float) -> None:
+    def _supersede(self, ready: Ready, record: WindowRecord) -> None:
+        """A newer version of a raw file replaces the window its earlier, partial version made
+        (one window per raw file: the run list would otherwise hold each version of a file
+        still being written) — unless that window holds an anomaly, which stays."""
+        earlier = self._latest.get(ready.path)
+        self._latest[ready.path] = record.name
+        self._partial = {k: v for k, v in self._partial.items() if k.path != ready.path}
+        if earlier is not None and earlier not in self.writer.protected and not self._anomaly_of(earlier):
+            self.writer.remove(earlier)
+
+    def _anomaly_of(self, window: str) -> bool:
+        return any(os.path.basename(a).startswith(window + "-anomaly-") for a in self.anomalies)
+
+    def _finalize(self, ready: Ready) -> None:
+        """A version first reduced partial (a plain JSON file handed out before it settled)
+        has settled unchanged: its window holds all of it, so it is not reduced again, but
+        it is complete now, so it is kept raw in the ring as every final window is."""
+        known = self._partial.pop(ready.key, None) or self.writer.written(ready.key)
+        if known is None:  # its window is gone (pruned) and this process never saw it: nothing to refer to
+            return
+        window, t0, t1 = known
+        self._keep_raw(ready, window, t0, t1)
+
+    def _keep_raw(self, ready: Ready, window: str, t0: float, t1: float) -> None:
         """The raw window into the ring, once per raw version (a window done again after a
         kill finds its raw file there already)."""
         raw = [ready.path, ready.size, ready.mtime_ns]
         if any(e.meta.get("raw") == raw for e in self.ring.entries()):
             return
         try:
-            self.ring.add(ready.path, t0, t1, meta={"window": record.name, "raw": raw}, expect=ready.identity())
+            self.ring.add(ready.path, t0, t1, meta={"window": window, "raw": raw}, expect=ready.identity())
         except (RingError, ValueError) as exc:
             self.lines.warn("tb-reduce live: the drive recorder could not keep %s: %s", self._name(ready.path), exc)
 
-    def _check(self, record: WindowRecord, t0: float, t1: float) -> None:
+    def _check(self, record: WindowRecord, t0: float, t1: float, raw_path: str) -> None:
+        """The triggers on one window (each step of a raw file judged once, however many
+        versions of it are handed out); what the rate limiter holds back is one line per
+        window, not one per firing."""
         if record.table is None:
             return
-        firings = evaluate(self.triggers, record.table, self.history, steps=record.steps)
-        self._save_history()
+        firings = evaluate(self.triggers, record.table, self.history, steps=record.steps, source=raw_path)
+        held = []
         for firing in firings:
-            if not self.limiter.allow(firing.trigger, time.monotonic()):
-                log.info("tb-reduce live: %s fired in %s (rate-limited)", firing.trigger, record.name)
+            if not self.limiter.allow(firing, time.monotonic()):  # a much larger one breaks through a cool-down
+                held.append(firing)
                 continue
             at = _anomaly_time(firing, record, t0, t1)
             self.pending.append(_Pending(firing, record.name, at, at + self.config.after_s))
             log.warning("tb-reduce live: %s: %s", record.name, firing.reason)
+        line = summarize_suppressed(held)
+        if line is not None:
+            log.info("tb-reduce live: %s: %s", record.name, line)
 
-    def _write_series(self, record: WindowRecord, raw_path: str) -> None:
+    def _series(self) -> Optional[SourceSeries]:
+        """The live scalars' writer (one run per source), opened on first use; None when
+        the folder cannot be written now (said once per window that tries)."""
+        if self.series is None:
+            try:
+                self.series = SourceSeries(os.path.join(self.logdir, LIVE_FOLDER))
+            except TraceError as exc:
+                log.warning("tb-reduce live: %s", exc)
+        return self.series
+
+    def _write_series(self, record: WindowRecord, raw_path: str, source: str) -> None:
+        series = self._series()
+        if series is None:
+            return
         try:
-            if self.series is None:
-                self.series = LiveSeries(os.path.join(self.logdir, LIVE_FOLDER))
-            self.series.add(record)
+            series.add(record, source, raw_path)
             pct = _overhead_pct(raw_path)
             if pct is not None:  # what the capture cost, measured by the capture helper (`capture.TorchWindows`)
-                numbers = record.step_numbers
-                self.series.write_overhead(numbers[-1] if numbers else record.sequence, pct, record.captured_t1)
-                self.series.flush()
+                numbers = [n for n in record.step_numbers if n is not None]
+                series.write_overhead(source, numbers[-1] if numbers else record.sequence, pct, record.captured_t1)
         except TraceError as exc:
             log.warning("tb-reduce live: %s", exc)
-            self.series = None  # a new writer (a new event file) next time
+            try:
+                series.close()
+            except TraceError:
+                pass
+            self.series = None  # new writers (new event files) next time
 
     # ---- the drive recorder ---------------------------------------------------------
     def _preserve_due(self, final: bool) -> None:
+        """Preserve each pending anomaly once the ring holds a window captured after its
+        `after_s`, or once `after_s` + `GRACE_S` have passed on the wall clock without one (a
+        training that hung at the anomaly writes no later window: its run must appear
+        anyway, while it hangs), or at shutdown."""
         newest = max((e.t1 for e in self.ring.entries()), default=float("-inf"))
+        now = time.time()
         keep = []
         for p in self.pending:
-            if final or newest >= p.due:
+            if final or newest >= p.due or now >= p.due + GRACE_S:
                 self._preserve(p)
             else:
                 keep.append(p)
@@ -356,17 +414,9 @@ def _overhead_pct(raw_path: str) -> Optional[float]:
 
 
 def _host_of(path: str) -> str:
-    """The window's host: the raw file's name without its trace suffix (as discovery names it)."""
-    split = split_trace_name(os.path.basename(path))
-    return (split[0] if split else os.path.basename(path)).lstrip(".") or "window"
-
-
-def _span_s(record: WindowRecord) -> float:
-    """The window's trace span in seconds (its steps', else 0)."""
-    s = record.steps
-    if len(s):
-        return max(0.0, float(s.end_us.max() - s.start_us.min()) / 1e6)
-    return 0.0
+    """The window's host: its source's name (the raw file's name without its trace suffix
+    and without the parts that number windows, `series.source_of`)."""
+    return source_of(path, os.path.dirname(path)) or "window"
 
 
 def _anomaly_time(firing: Firing, record: WindowRecord, t0: float, t1: float) -> float:

@@ -51,8 +51,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Optional, Union
 
+import numpy as np
+
 from ..budget import MemoryBudget, Unlimited
 from ..errors import TraceError
+from ..model import PH_M
 from ..pipeline import derive_index, index_file, parse_level, reduce_index
 from ..sources import FileIdentity
 from ..waveforms.steps import StepSeries
@@ -70,6 +73,7 @@ WINDOW_NAME = re.compile(r"^\d{8}T\d{6}\.\d{3}Z-(\d{6,})$")
 # Any folder named after a window (anomaly runs `<window>-anomaly-<time>` too): sequence numbers continue after them.
 SEQ_PREFIX = re.compile(r"^\d{8}T\d{6}\.\d{3}Z-(\d{6,})(?:$|-)")
 TEMP_PREFIXES = (".window-", ".pruned-")
+ANOMALY_INFIX = "-anomaly-"  # an anomaly run is `<window>-anomaly-<time>-<kind>`
 # The ledger keeps the newest keys; compacted when it holds more than twice this many.
 LEDGER_KEEP = 50_000
 CRASH_LIMIT = 2  # starts without an end after which a raw file is refused (it killed the process each time)
@@ -183,6 +187,8 @@ class WindowWriter:
         # Keys a kill interrupted (started, never done), with their folder if it appeared.
         self.incomplete: dict[RawKey, Optional[str]] = {}
         self.refused_on_resume: list[RawKey] = []  # keys refused now: started CRASH_LIMIT times, never ended
+        # Windows never pruned while named here (the sidecar's: an anomaly still to be preserved).
+        self.protected: set[str] = set()
         self._seq = 0
         self._ledger_lines = 0
         try:
@@ -304,24 +310,30 @@ class WindowWriter:
         writer or one before it on the same logdir)."""
         return RawKey(os.path.abspath(os.fspath(raw_path)), int(size), int(mtime_ns)) in self._seen
 
-    def write(self, raw_path: Union[str, os.PathLike], captured_t0: float, captured_t1: float,
+    def write(self, raw_path: Union[str, os.PathLike], captured_t0: Optional[float], captured_t1: float,
               host: str = "window", key: Optional[RawKey] = None, *, expect: Optional[FileIdentity] = None,
-              commit: bool = True) -> WindowRecord:
+              commit: bool = True, series: Optional[str] = None) -> WindowRecord:
         """Reduce `raw_path` into a new window run and prune old windows.
 
         `captured_t0`/`captured_t1`: the capture interval, epoch seconds (the folder is
-        named by `captured_t0`). `key`: the version of the raw file this window stands
-        for, as `seen()` will be asked about it (a watcher's listing); by default the
-        version read. Raises `TraceError` for a raw file that is not a trace, and
+        named by `captured_t0`). `captured_t0=None`: `captured_t1` minus the trace's own
+        span (`trace_span_s`), known once it is read — for a file whose modification
+        time is all that says when it was captured: it was written at the capture's end,
+        so naming or stamping its steps from it would place them in the future.
+        `key`: the version of the raw file this window stands for, as `seen()` will be
+        asked about it (a watcher's listing); by default the version read.
+        Raises `TraceError` for a raw file that is not a trace, and
         `LiveWriteError` when the window cannot be written; either way no folder appears.
 
         `expect`: the identity the caller's listing saw: a raw file swapped since (for a
         symlink out of the watched folder, a FIFO) is refused (`FileChanged`), never read.
         `commit`: whether the window is done once its folder is; a caller with more
         outputs to make passes False and calls `done(record)` when they are made.
+        `series`: the run (relative to `live/`) holding this window's scalars, said in its
+        `window.json` so readers find them (`discovery.Catalog.event_files`).
         """
         raw_path = os.path.abspath(os.fspath(raw_path))
-        if not (math.isfinite(captured_t0) and math.isfinite(captured_t1)):
+        if not ((captured_t0 is None or math.isfinite(captured_t0)) and math.isfinite(captured_t1)):
             raise TraceError(f"capture times must be finite, not {captured_t0!r}..{captured_t1!r}")
         if not host or host.startswith(".") or os.sep in host or "/" in host or "\0" in host:
             raise TraceError(f"host must be a plain file name, not {host!r}")
@@ -329,8 +341,6 @@ class WindowWriter:
         seq = self._seq
         if key is not None:  # the attempt is on record before it can kill the process
             self._append_ledger(seq, key, STARTED)
-        name = f"{window_time(captured_t0)}-{seq:0{SEQ_DIGITS}d}"
-        final = os.path.join(self.live_dir, name)
         tmp = os.path.join(self.live_dir, f".window-{os.getpid()}-{seq}")
         began = time.perf_counter()
         try:
@@ -338,6 +348,10 @@ class WindowWriter:
             trace_path = os.path.join(tmp, host + TRACE_SUFFIX)
             stats, steps, identity, table = self._reduce(raw_path, trace_path, expect)
             reduce_s = time.perf_counter() - began
+            if captured_t0 is None:
+                captured_t0 = captured_t1 - trace_span_s(steps, table)
+            name = f"{window_time(captured_t0)}-{seq:0{SEQ_DIGITS}d}"
+            final = os.path.join(self.live_dir, name)
             if key is None:
                 key = RawKey(raw_path, identity.size, identity.mtime_ns)
             record = WindowRecord(
@@ -347,7 +361,10 @@ class WindowWriter:
                 events_out=int(stats["output"]["events"]), truncated=bool(stats["input"].get("truncated")),
                 level=stats["level"], reduce_s=reduce_s, steps=steps, table=table)
             with open(os.path.join(tmp, WINDOW_JSON), "w", encoding="utf-8") as f:
-                json.dump(_window_json(record, os.path.getsize(trace_path)), f, indent=1)
+                doc = _window_json(record, os.path.getsize(trace_path))
+                if series:
+                    doc["series"] = series
+                json.dump(doc, f, indent=1)
             if os.path.lexists(final):  # only a clock gone back onto another writer's name: never replace it
                 raise OSError(errno.EEXIST, "a window of that name exists", final)
             os.rename(tmp, final)
@@ -425,15 +442,41 @@ class WindowWriter:
 
     def prune(self) -> list[str]:
         """Delete all but the newest `keep` windows (by name: capture time, then sequence);
-        returns the names deleted. A folder leaves the listing by one rename before it is
-        deleted, so no run is seen half-deleted; a failure is left for the next prune."""
+        returns the names deleted. A window that holds an anomaly is never pruned: one an
+        anomaly run beside it names (`<window>-anomaly-…`; it goes when that run is
+        pruned, `anomalies.prune_anomalies`) or one in `protected` (an anomaly whose raw
+        windows are still to be preserved); `keep` counts the others. A folder leaves the
+        listing by one rename before it is deleted, so no run is seen half-deleted; a
+        failure is left for the next prune."""
         if self.keep is None:
             return []
-        names = self.windows()
+        names = self._names()
+        held = self.protected | {n.split(ANOMALY_INFIX, 1)[0] for n in names if ANOMALY_INFIX in n}
+        names = [n for n in names if WINDOW_NAME.match(n) and n not in held]
         gone = names[: max(0, len(names) - self.keep)]
         for i, name in enumerate(gone):
             self._remove_window(os.path.join(self.live_dir, name), f"{self._seq}-{i}")
         return gone
+
+    def remove(self, name: str) -> None:
+        """Delete one window (a newer version of its raw file superseded it); no-op if gone."""
+        if WINDOW_NAME.match(name):
+            self._remove_window(os.path.join(self.live_dir, name), f"{self._seq}-{name}")
+
+    def written(self, key: RawKey) -> Optional[tuple[str, float, float]]:
+        """(window name, captured t0, t1) of the window this raw version made, if it is still
+        there (read from the windows' `window.json`, newest first)."""
+        for name in reversed(self.windows()):
+            path = os.path.join(self.live_dir, name, WINDOW_JSON)
+            if self._key_in(path) != key:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    captured = json.loads(f.read(1 << 20))["captured"]
+                return name, float(captured["t0"]), float(captured["t1"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        return None
 
     def _remove_window(self, folder: str, tag: str) -> None:
         """Out of the listing by one rename, then deleted; a failure is left for later."""
@@ -449,6 +492,21 @@ class WindowWriter:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             reason += " (the disk is full)"
         return LiveWriteError(f"cannot write live windows into {self.live_dir}: {reason}")
+
+
+def trace_span_s(steps: StepSeries, table: Any = None) -> float:
+    """A window's span in seconds, from its own clock: its events' extent (the first
+    start to the last end of its timed events; metadata at time 0 left out), else its
+    steps' extent, else 0."""
+    if table is not None and len(getattr(table, "ts", ())):
+        ts = np.asarray(table.ts, dtype=np.float64)
+        end = ts + np.nan_to_num(np.asarray(table.dur, dtype=np.float64), nan=0.0)
+        timed = np.isfinite(ts) & np.isfinite(end) & (np.asarray(table.ph) != PH_M)
+        if timed.any():
+            return max(0.0, float(end[timed].max() - ts[timed].min()) / 1e6)
+    if len(steps):
+        return max(0.0, float(np.nanmax(steps.end_us) - np.nanmin(steps.start_us)) / 1e6)
+    return 0.0
 
 
 def _ledger_line(seq: int, key: RawKey, state: str = DONE) -> bytes:
