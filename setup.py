@@ -77,5 +77,8 @@ setup(
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],
         "tensorboard_plugins": ["tb_reduce = tb_reduce_plugin.plugin:TraceReduceLoader"],
     },
-    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
+    # The license as an SPDX expression (PEP 639), not a classifier: setuptools >= 77 (pyproject.toml's
+    # build-system) deprecates license classifiers with a warning on every build.
+    license="Apache-2.0",
+    classifiers=["Programming Language :: Python :: 3"],
 )
