@@ -69,9 +69,11 @@ def test_a_sleep_inside_record_function_is_unaccounted_time_at_its_step_only(tor
     others = np.delete(u, SLEEPY)
     assert np.all(others < 0.25 * SLEEP_S * 1000), u
     assert np.all(u >= 0) and np.all(u <= s.step_time_ms + 1e-9)
-    assert s.unaccounted_stands_out() == [SLEEPY]
+    # the sleep stands out first (a busy machine may preempt the thread between ops in another step: that
+    # is unaccounted time too, and may stand out after it)
+    assert s.unaccounted_stands_out()[0] == SLEEPY
     doc = s.to_json()
-    assert doc["unaccounted_stands_out"] == [SLEEPY]
+    assert doc["unaccounted_stands_out"] == s.unaccounted_stands_out()
     assert doc["steps"][SLEEPY]["busy_ms"][UNACCOUNTED] == pytest.approx(u[SLEEPY], abs=1e-6)
 
 
