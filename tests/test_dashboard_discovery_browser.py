@@ -1,5 +1,5 @@
 """What the dashboard says about the logdir walk, in a real headless Chromium against real
-TensorBoard processes: an empty tab lists what was found but left out and why; JAX's capped
+TensorBoard processes: an empty tab lists what was found but left out and why; JAX's
 `trace.json.gz` export is named so in the host picker and the XSpace beside it opens first."""
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def test_an_empty_tab_lists_what_the_walk_left_out_and_why(page, empty_server):
     save_shot(page, "discovery-empty-explained")
 
 
-def test_jaxs_capped_export_is_named_in_the_host_picker_and_the_xspace_opens_first(page, jax_server):
+def test_jaxs_export_is_named_in_the_host_picker_and_the_xspace_opens_first(page, jax_server):
+    """The corpus's export is whole (under JAX's cap): named JAX's export, not capped (a capped
+    one: tests/test_dashboard_labels_browser.py)."""
     page.goto(f"{jax_server.base}/#tb_reduce")  # the tab as a user opens it: no run or host named
     frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
     wait_loaded(frame)
@@ -75,5 +77,5 @@ def test_jaxs_capped_export_is_named_in_the_host_picker_and_the_xspace_opens_fir
     options = select.locator("option").all_inner_texts()
     assert options[0].startswith("vm (xspace,") and "capped" not in options[0]
     assert options[1].startswith("vm.trace.json.gz (chrome-json,")
-    assert options[1].endswith(", JAX export capped at 1,000,000 events)")
+    assert options[1].endswith(", JAX export, whole)")
     assert "vm.xplane.pb" in select.locator("option").nth(1).get_attribute("title")
