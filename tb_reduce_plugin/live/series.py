@@ -259,6 +259,7 @@ def _name_second(path: str) -> int:
 
 SERIES_FOLDER = "series"  # LOGDIR/live/series/<source>/: one run per source
 SERIES_STATE = ".state.json"  # in LOGDIR/live/series/: each source's run and last step, across restarts
+MAX_OPEN = 32  # event file writers kept open at once (the sources written to most recently)
 _WINDOW_TOKEN = re.compile(r"^window\d+$")
 _SAFE = re.compile(r"[^A-Za-z0-9_.@+-]+")
 
@@ -343,10 +344,18 @@ class SourceSeries:
         series.flush()
 
     def _series(self, source: str, run: str) -> LiveSeries:
-        series = self._open.get(source)
-        if series is None or os.path.basename(series.run_dir) != run:
-            self._close(source)
-            series = self._open[source] = LiveSeries(os.path.join(self.root, run), **self._kw)  # type: ignore[arg-type]
+        """The source's open writer (the most recently used `MAX_OPEN` stay open: each is a
+        file and a thread, and a profiler that names every window differently makes a source
+        of each; one reopened later writes a new file in its run, which loses nothing)."""
+        series = self._open.pop(source, None)
+        if series is not None and os.path.basename(series.run_dir) != run:
+            series.close()
+            series = None
+        if series is None:
+            series = LiveSeries(os.path.join(self.root, run), **self._kw)  # type: ignore[arg-type]
+        self._open[source] = series  # last: the most recently used
+        while len(self._open) > MAX_OPEN:
+            self._close(next(iter(self._open)))
         return series
 
     def _close(self, source: str) -> None:
