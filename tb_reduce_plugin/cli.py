@@ -255,6 +255,12 @@ def _cmd_live(args: argparse.Namespace) -> int:
                   "torch": "tb_reduce_plugin.live.capture.torch_schedule(FOLDER)"}.get(args.source, "the profiler")
         raise TraceError(f"--source {args.source} needs --watch FOLDER (where {writer} writes its windows)")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.nice:  # below the training's priority: on shared cores the training's steps come first
+        try:
+            os.nice(args.nice)
+        except OSError as exc:
+            print(f"tb-reduce live: could not lower the priority by {args.nice}: {exc.strerror or exc}",
+                  file=sys.stderr)
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
                                  before_s=args.before, after_s=args.after, max_per_hour=args.max_per_hour,
@@ -270,6 +276,17 @@ def _cmd_live(args: argparse.Namespace) -> int:
         pass
     print(f"tb-reduce live: {sidecar.windows} window(s), {len(sidecar.anomalies)} anomaly run(s)", file=sys.stderr)
     return 0
+
+
+def _niceness(text: str) -> int:
+    """A niceness increment, 0-19 (as `nice -n`; raising the priority would need privileges)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= n <= 19:
+        raise argparse.ArgumentTypeError(f"must be 0 to 19, not {text!r}")
+    return n
 
 
 def _seconds(text: str) -> float:
@@ -387,9 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser(
         "waveforms", help="per-step series of a trace (step time, busy time per category)",
         description="One row per step (from ProfilerStep#N, step_num or XProf Steps markers): step, start_us, "
-                    "step_time_ms and <category>_ms busy time (docs/SEMANTICS.md, Waveforms). JSON: "
+                    "step_time_ms and <category>_ms busy time, with unaccounted_ms the step time no op on the "
+                    "step's thread accounts for (docs/SEMANTICS.md, Waveforms). JSON: "
                     '{"steps": [{"step", "start_us", "end_us", "step_time_ms", "busy_ms": {category: ms}}], '
-                    '"series": [names], "marker", "reason", "slowest": [indices]}. A trace without step markers '
+                    '"series": [names], "marker", "reason", "slowest": [indices of the steps that stand out, '
+                    'maybe none], "unaccounted_stands_out": [indices]}. A trace without step markers '
                     "gives no rows and says why on stderr.")
     w.add_argument("input", help="a trace: Chrome JSON (plain or gzip), PyTorch or JAX trace, or XSpace .xplane.pb")
     w.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
@@ -444,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--cooldown", type=_seconds, default=60.0, help="least time between two of one trigger (default 60s)")
     v.add_argument("--keep-anomalies", type=_positive, default=20, metavar="N",
                    help="anomaly runs kept, the newest (default 20); the oldest are deleted, one log line each")
+    v.add_argument("--nice", type=_niceness, default=10, metavar="N",
+                   help="run N steps below the priority it is started at (default 10: the training's steps come "
+                        "first on shared cores; 0 keeps the priority)")
     _add_max_memory(v, "the memory reducing one window may use, at most: a window that needs more is refused "
                        "with a line, and the next one is read")
     v.set_defaults(func=_cmd_live)

@@ -423,7 +423,7 @@ class TraceService:
             rs = entry.scalars
             scalars = [{"tag": tag, "id": scalar_tag_id(tag), "points": len(rs.series(tag)[0])} for tag in rs.tags()]
             gaps, pending = [_gap(g) for g in rs.gaps], rs.pending_bytes
-        every = ["step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms"]
+        every = ["step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms", "unaccounted_ms"]
         out_hosts = []
         for tf in hosts:
             known = self.derived_series(tf)

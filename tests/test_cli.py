@@ -503,6 +503,9 @@ def test_reduce_help_names_every_input_format(capsys: pytest.CaptureFixture) -> 
     (["--keep-anomalies", "many"], "argument --keep-anomalies: not a whole number: 'many'"),
     (["--max-memory-mb", "0"], "argument --max-memory-mb: must be a number of MB above 0"),
     (["--max-memory-mb", "nan"], "argument --max-memory-mb: must be a number of MB above 0"),
+    (["--nice", "-1"], "argument --nice: must be 0 to 19, not '-1'"),
+    (["--nice", "20"], "argument --nice: must be 0 to 19, not '20'"),
+    (["--nice", "low"], "argument --nice: not a whole number: 'low'"),
 ])
 def test_bad_live_flags_are_one_line_and_exit_2_from_the_real_command(tmp_path: Path, args: list,
                                                                      needle: str) -> None:
@@ -529,7 +532,7 @@ def test_live_passes_max_memory_mb_keep_anomalies_and_the_triggers_to_the_sideca
 
     monkeypatch.setattr(sidecar_mod, "Sidecar", Recorded)
     (tmp_path / "watch").mkdir()
-    base = ["live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch")]
+    base = ["live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch"), "--nice", "0"]
     term = signal.getsignal(signal.SIGTERM)
     try:
         assert main(base) == 0
@@ -542,3 +545,22 @@ def test_live_passes_max_memory_mb_keep_anomalies_and_the_triggers_to_the_sideca
     assert (given.max_memory_mb, given.keep_anomalies, given.ring_mb) == (512.0, 3, 0.01)
     assert given.triggers == ["name:nccl.*AllReduce:300ms"]
     assert "triggers: name:nccl.*AllReduce:300ms" in capsys.readouterr().err
+
+
+def test_live_runs_below_the_priority_it_was_started_at(tmp_path: Path) -> None:
+    """The sidecar shares the training's cores: by default it runs 10 niceness steps below it
+    (`--nice 0` keeps the priority)."""
+    import signal
+    import subprocess
+
+    (tmp_path / "watch").mkdir()
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for flags, expect in (([], min(19, mine + 10)), (["--nice", "3"], min(19, mine + 3)), (["--nice", "0"], mine)):
+        proc = subprocess.Popen([sys.executable, "-m", "tb_reduce_plugin", "live", "--logdir", str(tmp_path / "logdir"),
+                                 "--watch", str(tmp_path / "watch"), *flags], stderr=subprocess.PIPE, text=True)
+        try:
+            assert "watching" in proc.stderr.readline()  # started: past the flags and the priority change
+            assert os.getpriority(os.PRIO_PROCESS, proc.pid) == expect, flags
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
