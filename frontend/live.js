@@ -6,6 +6,12 @@
 export const LIVE_PREFIX = 'live/';
 const WINDOW_RUN = /^live\/\d{8}T\d{6}\.\d{3}Z-\d{6,}$/;
 export const POLL_MS = 2000;
+/**
+ * Outside Live mode the run list is still asked, less often: a tab opened before the first
+ * trace existed, or kept open while new runs land, shows them without a reload (TensorBoard's
+ * own ⟳ does not reach a plugin's iframe). An unchanged list costs a 304 (the route's ETag).
+ */
+export const IDLE_POLL_MS = 5000;
 
 /** A reduced live window (not an anomaly run, not anything else under live/). */
 export function isWindowRun(name) {
@@ -43,7 +49,9 @@ export function newestAnomaly(runs) {
 /**
  * Asks `fetchRuns(etag, signal)` → {changed, etag, runs} every `everyMs` after the
  * previous answer (never two at once, no busy loop) and hands a changed listing to
- * `onRuns`; failures go to `onError` and polling goes on. A hidden tab skips its turns.
+ * `onRuns`; failures go to `onError` and polling goes on. `everyMs` is a number or a
+ * function read before each wait (the dashboard asks faster in Live mode and while it has
+ * no runs). A hidden tab asks nothing; it asks at once when it is shown again.
  */
 export class RunPoller {
   constructor({fetchRuns, onRuns, onError = () => {}, everyMs = POLL_MS}) {
@@ -55,11 +63,15 @@ export class RunPoller {
     this.timer = 0;
     this.controller = null;
     this.running = false;
+    this.onVisibility = () => {
+      if (this.running && !document.hidden && !this.controller) this.poke();
+    };
   }
 
   start() {
     if (this.running) return;
     this.running = true;
+    if (typeof document !== 'undefined') document.addEventListener('visibilitychange', this.onVisibility);
     this.tick();
   }
 
@@ -69,10 +81,24 @@ export class RunPoller {
     this.timer = 0;
     if (this.controller) this.controller.abort();
     this.controller = null;
+    if (typeof document !== 'undefined') document.removeEventListener('visibilitychange', this.onVisibility);
+  }
+
+  /** Asks now (unless a request is on its way): the next wait starts from its answer. */
+  poke() {
+    if (!this.running || this.controller) return;
+    clearTimeout(this.timer);
+    this.tick();
+  }
+
+  /** The wait before the next ask, in ms. */
+  interval() {
+    const ms = typeof this.everyMs === 'function' ? this.everyMs() : this.everyMs;
+    return Number(ms) > 0 ? Number(ms) : POLL_MS;
   }
 
   schedule() {
-    if (this.running) this.timer = setTimeout(() => this.tick(), this.everyMs);
+    if (this.running) this.timer = setTimeout(() => this.tick(), this.interval());
   }
 
   async tick() {

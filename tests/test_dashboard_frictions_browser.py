@@ -257,3 +257,109 @@ def test_timeline_keys_over_the_timeline_move_it_and_never_switch_the_focused_ru
         page.focus("[data-testid=run-select]")
         page.keyboard.press("d")
         assert run_select_state(page)["run"] == DDP_RUN
+
+
+@pytest.fixture
+def empty_server(tmp_path):
+    """TensorBoard on a logdir with no trace yet (the tab is opened before the first one lands)."""
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    tb = TensorBoardServer(logdir, tmp_path / "cache")
+    try:
+        yield tb, logdir
+    finally:
+        tb.stop()
+
+
+def test_a_tab_opened_on_an_empty_logdir_shows_the_first_trace_and_new_runs_without_a_reload(empty_server, browser):
+    tb, logdir = empty_server
+    with checked_page(browser) as page:
+        listings: list[int] = []
+        page.on("response", lambda r: listings.append(r.status) if r.url.endswith("/tb_reduce/runs") else None)
+        page.goto(f"{tb.base}/#tb_reduce")  # the tab in TensorBoard, as the user had it open
+        frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
+        frame.get_by_text("No profiler traces found").wait_for()
+        frame.evaluate("() => { window.__sameDocument = true; }")  # gone if the tab reloads
+        shot(page, "empty_logdir_before")
+        shutil.copytree(STALLED, logdir / RUN)
+        # the catalog walks the logdir every 5 s, the tab asks every 2 s while it shows nothing
+        wait_loaded(frame, timeout=60000)
+        settle(frame)
+        assert frame.evaluate("() => window.__sameDocument === true")
+        assert run_select_state(frame)["run"] == RUN
+        assert frame.locator(".tbr-message").is_hidden()
+        shot(page, "empty_logdir_first_trace_landed")
+
+        # a new run later appears in the picker, and the view the user zoomed to stays
+        frame.evaluate("() => { const t = window.tbReduceDashboard.timeline; const [a, b] = t.getView();"
+                       " t.setView(a + (b - a) * 0.4, a + (b - a) * 0.5); }")
+        wait_loaded(frame)
+        frame.wait_for_timeout(500)
+        view = view_of(frame)
+        shutil.copytree(PYTORCH, logdir / CNN_RUN)
+        frame.wait_for_function("(run) => Array.from(document.querySelectorAll('[data-testid=run-select] option'),"
+                                " (o) => o.value).includes(run)", arg=CNN_RUN, timeout=60000)
+        after = run_select_state(frame)
+        assert after["run"] == RUN and after["shown"] == RUN
+        assert view_of(frame) == view
+        assert frame.evaluate("() => window.__sameDocument === true")
+        assert 304 in listings, listings  # an unchanged list is a 304 (the route's ETag), not the list again
+        shot(page, "empty_logdir_second_run_listed")
+
+
+def test_the_run_list_is_not_asked_while_the_page_is_hidden_and_at_once_when_shown(server, browser):
+    with checked_page(browser) as page:
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url) if r.url.endswith("/tb_reduce/runs") else None)
+        open_view(page, server)
+        # hide the page as a background tab is (what Chromium's document.hidden would say)
+        page.evaluate("""() => {
+          Object.defineProperty(document, 'hidden', {configurable: true, get: () => window.__hidden === true});
+          window.__hidden = true;
+          document.dispatchEvent(new Event('visibilitychange'));
+        }""")
+        page.wait_for_timeout(500)
+        n = len(asked)
+        page.wait_for_timeout(11000)  # two turns of the 5 s poll
+        assert len(asked) == n, asked[n:]
+        # shown again: a request is on its way at once (the poller's tick runs in the event), not after a turn
+        on_its_way = page.evaluate("""() => {
+          window.__hidden = false;
+          document.dispatchEvent(new Event('visibilitychange'));
+          return window.tbReduceDashboard.poller.controller !== null;
+        }""")
+        assert on_its_way
+        page.wait_for_timeout(1000)
+        assert len(asked) == n + 1, asked[n:]
+
+
+TOOLBAR_JS = """() => {
+  const bar = document.querySelector('.tbr-bar');
+  const level = document.querySelector('[data-testid=level-select]');
+  const after = [...bar.querySelectorAll('input, select, button, a')].filter((n) => n.offsetParent !== null
+    && (level.compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING));
+  const r = (n) => { const b = n.getBoundingClientRect(); return [Math.round(b.left), Math.round(b.top), Math.round(b.width)]; };
+  return {height: Math.round(bar.getBoundingClientRect().height), level: r(level),
+          label: level.options[level.selectedIndex].textContent,
+          after: after.map((n) => [n.dataset.testid || n.textContent.trim() || n.tagName, ...r(n)])};
+}"""
+
+
+@pytest.mark.parametrize("width", [1400, 1000])
+def test_the_toolbar_keeps_its_height_and_controls_in_place_when_the_level_label_changes(server, browser, width):
+    with checked_page(browser, width=width) as page:
+        open_view(page, server)  # the default level: its label names the screen's bucket count
+        seen = [page.evaluate(TOOLBAR_JS)]
+        shot(page, f"toolbar_{width}_default")
+        for level in ("4", "0", "auto", "2"):  # explicit picks: the labels are the levels' own
+            page.select_option("[data-testid=level-select]", level)
+            wait_loaded(page)
+            seen.append(page.evaluate(TOOLBAR_JS))
+        shot(page, f"toolbar_{width}_level2_picked")
+        labels = {s["label"] for s in seen}
+        assert len({len(label) for label in labels}) >= 3, labels  # the labels did change length
+        first = seen[0]
+        for s in seen[1:]:
+            assert s["height"] == first["height"], (s["label"], s["height"], first["height"])
+            assert s["level"] == first["level"], (s["label"], s["level"], first["level"])
+            assert s["after"] == first["after"], (s["label"], s["after"], first["after"])
