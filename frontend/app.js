@@ -4,7 +4,7 @@ import {BASE, fetchEvent, fetchRunsIfChanged, getJson, routeUrl} from './api.js'
 import {el, ensureStylesheet, isolated, setChildren, setText, visible} from './dom.js';
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds, formatSummaryName} from './format.js';
 import {TraceLoader} from './loader.js';
-import {RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
+import {IDLE_POLL_MS, POLL_MS, RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
 import {FLAG_SUMMARY, inputIndexOf} from './model.js';
 import {WaveformPanel} from './panels/waveforms.js';
 import {fetchWindow, needsFetch, screenResolution} from './policy.js';
@@ -40,6 +40,9 @@ export async function mountDashboard(root, {search = '', standalone = false} = {
   // A handle for tests and the benchmark (state, locating slices, frame counts).
   window.tbReduceDashboard = app;
   await app.start();
+  // The run list is asked from now on, in Live mode or not (live.js): new runs show up, and a
+  // tab opened before the first trace existed shows it once it lands, without a reload.
+  app.poller.start();
   return app;
 }
 
@@ -71,8 +74,13 @@ class Dashboard {
     this.live = false;
     this.poller = new RunPoller({
       fetchRuns: fetchRunsIfChanged,
-      onRuns: (runs) => this.runsChanged(runs),
+      onRuns: (runs) => {
+        this.runsChanged(runs);
+        if (this.sel.run === null && this.runs.length) this.showFirstRuns();
+      },
       onError: (err) => this.setLiveNote(`run list: ${err.message}`, true),
+      // every 2 s in Live mode and while no trace is shown yet, every 5 s otherwise
+      everyMs: () => (this.live || this.sel.run === null ? POLL_MS : IDLE_POLL_MS),
     });
     this.build(root);
   }
@@ -290,7 +298,7 @@ class Dashboard {
       this.setStatus('No profiler traces in this logdir.');
       this.showMessage('No profiler traces found',
         'Put traces under <logdir>/…/plugins/profile/<run>/ (XProf, JAX, TensorFlow: *.xplane.pb, *.trace.json.gz) ' +
-        'or in a run directory (PyTorch: *.pt.trace.json[.gz]); the list refreshes when you reload this page.');
+        'or in a run directory (PyTorch: *.pt.trace.json[.gz]); this page shows them as soon as they land.');
       this.explainEmpty();
       this.runSelect.disabled = this.hostSelect.disabled = true;
       this.waveforms.setContext({runs: [], run: null, host: null});
@@ -369,10 +377,21 @@ class Dashboard {
       this.setLiveNote('');
       this.followNewest();
       this.poller.start();
+      this.poller.poke(); // the newest window now, not in 5 s
     } else {
-      this.poller.stop();
-      this.setLiveNote('');
+      this.setLiveNote(''); // the poller goes on, at its slower pace: new runs still show up
     }
+  }
+
+  /** The run list gained traces while none was shown (an empty logdir, a failed listing): show them as a load does. */
+  showFirstRuns() {
+    if (this.reopening) return; // the listing before is still on its way
+    this.reopening = true;
+    this.hideMessage();
+    this.runSelect.disabled = this.hostSelect.disabled = false;
+    this.start().finally(() => {
+      this.reopening = false;
+    });
   }
 
   setLiveNote(text, error = false) {
@@ -707,8 +726,8 @@ class Dashboard {
       // a request already on its way will do if it covers the view finely enough
       const win = f.window || this.extents.get(f.key) || this.data.window;
       const pending = {window: win, full: !f.window, level: f.level === '0' ? 0 : -1, bucketUs: 0};
-      if (!needsFetch(view, pending, width)) return;
-    } else if (this.data.requested === this.sel.level && !needsFetch(view, this.data, width)) {
+      if (!needsFetch(view, pending, width, this.extents.get(this.key()))) return;
+    } else if (this.data.requested === this.sel.level && !needsFetch(view, this.data, width, this.extents.get(this.key()))) {
       return;
     }
     this.load(fetchWindow(view, this.extents.get(this.key())));
