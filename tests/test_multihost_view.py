@@ -152,3 +152,23 @@ def test_bad_host_lists_get_one_line_answers(dlrm) -> None:
     assert_json_error(get(c, "trace", run="dlrm", host=hosts[0], hosts="*"), 400)
     assert_json_error(get(c, "trace", run="dlrm", hosts="a\x00b"), 400)
     assert_json_error(get(c, "stats", run="nope", hosts="*"), 404)
+
+
+def test_all_hosts_leaves_out_a_jax_export_of_a_listed_xspace_even_a_whole_one(tmp_path: Path) -> None:
+    """JAX writes `<host>.trace.json.gz` beside `<host>.xplane.pb`: the same run twice. A `*`
+    view merges the XSpace alone, whether the export is capped or holds every event."""
+    corpus = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "generated" / "jax_cpu_mlp_small"
+    if not corpus.is_dir():
+        pytest.skip("../shared/corpus is absent (CI has it)")
+    run = tmp_path / "logs" / "jax"
+    run.mkdir(parents=True)
+    for name in ("vm.xplane.pb", "vm.trace.json.gz"):
+        shutil.copyfile(corpus / name, run / name)
+    c = client(make_plugin(tmp_path / "logs", tmp_path / "cache"))
+    [entry] = body_json(get(c, "runs"))
+    export = next(h for h in entry["hosts"] if h["format"] != "xspace")
+    assert "export" in export and "capped" not in export  # a whole export, listed as the XSpace's
+    merged = body_json(get(c, "stats", run="jax", hosts="*", level=2))
+    alone = body_json(get(c, "stats", run="jax", host=next(h["host"] for h in entry["hosts"] if h["format"] == "xspace"),
+                          level=2))
+    assert merged["input"]["events"] == alone["input"]["events"]  # the XSpace's events once, not twice

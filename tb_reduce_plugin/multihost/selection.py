@@ -13,7 +13,7 @@ class BadHosts(ValueError):
 
 def pick_hosts(spec: str, listed: Sequence[str], exports: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """The hosts `spec` names, in the run's order, each once, and the names it gives that
-    the run does not list. `*` is every host of the run but JAX's capped exports
+    the run does not list. `*` is every host of the run but JAX's exports (whole or capped)
     (`exports`) of an XSpace the run also lists. Names are separated by commas; a host
     whose own name holds a comma is named alone, whole."""
     if spec == ALL:

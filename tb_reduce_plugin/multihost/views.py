@@ -102,7 +102,7 @@ class MergedViews:
         if entry is None:
             raise NotFound(f"no trace for run {run!r}")
         listed = [h["host"] for h in entry["hosts"]]
-        exports = [h["host"] for h in entry["hosts"] if h.get("capped")]
+        exports = [h["host"] for h in entry["hosts"] if h.get("export") or h.get("capped")]
         picked, unknown = pick_hosts(spec, listed, exports)
         if unknown:
             raise NotFound(f"no host {unknown[0]!r} in run {run!r}")
