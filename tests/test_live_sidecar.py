@@ -4,6 +4,7 @@ window holding a stalled step is kept raw with an anomaly report."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tb_reduce_plugin.discovery import Catalog
 from tb_reduce_plugin.live.sidecar import ANOMALY_JSON, RING_FOLDER, LiveConfig, Sidecar
@@ -173,3 +176,32 @@ def test_sigkill_at_random_moments_leaves_only_complete_windows_and_readable_sca
     for d in live.iterdir():
         if "-anomaly-" in d.name:
             assert (d / ANOMALY_JSON).is_file()
+
+
+@pytest.mark.parametrize("suffix", [".pt.trace.json", ".pt.trace.json.gz", ".xplane.pb"])
+def test_a_fresh_window_in_any_format_is_kept_raw_around_its_anomaly_at_the_default_settle_time(
+        tmp_path: Path, suffix: str) -> None:
+    """Renamed into the folder just now, as the capture helpers and profilers do: a plain JSON
+    file is first reduced while it might still grow (partial), then, unchanged, it settles; it
+    must reach the ring then (it was skipped as already seen: "kept 0")."""
+    watch = tmp_path / "profiles"
+    watch.mkdir()
+    car = Sidecar(LiveConfig(logdir=str(tmp_path / "logdir"), watch=str(watch), every_s=0.1,
+                             triggers=["step:2x" if suffix != ".xplane.pb" else "step:3x"], before_s=0.01,
+                             after_s=0.01))
+    assert car.config.settle_s == 1.0  # the default, as `tb-reduce live` runs
+    src = JAX if suffix == ".xplane.pb" else TORCH
+    data = src.read_bytes() if suffix != ".pt.trace.json" else gzip.decompress(TORCH.read_bytes())
+    (watch / f".w{suffix}").write_bytes(data)
+    os.rename(watch / f".w{suffix}", watch / f"w{suffix}")  # fresh: its mtime is now
+    deadline = time.monotonic() + 60  # a bound on waiting, not a measured claim
+    while time.monotonic() < deadline and not (car.ring.entries() and car.anomalies):
+        car.step()
+        time.sleep(0.2)
+    assert [e.meta["raw"][0] for e in car.ring.entries()] == [str(watch / f"w{suffix}")]
+    [anomaly] = car.anomalies  # preserved while running, not at shutdown
+    kept = [p for p in os.listdir(anomaly) if p.endswith(suffix)]
+    assert len(kept) == 1 and (Path(anomaly) / kept[0]).read_bytes() == data
+    car.finish()
+    windows = [d for d in (tmp_path / "logdir" / "live").iterdir() if WINDOW_NAME.match(d.name)]
+    assert len(windows) == 1  # one window for the file, its partial version replaced, not doubled
