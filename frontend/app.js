@@ -1264,12 +1264,6 @@ function withTimes(rows, ts, origin) {
   return out;
 }
 
-/** The runs with traces, the timeline's: a run of TensorBoard event files only (`scalars_only`) is the waveform panel's. */
-function traceRuns(runs) {
-  return Array.isArray(runs) ? runs.filter((r) => r && !r.scalars_only && Array.isArray(r.hosts) && r.hosts.length) : [];
-}
-
-/** An event's fields and args as a key/value table; values are text (JSON for structures). */
 /**
  * Summary slices' names ("<top> (+N more)", as the server writes them) with N grouped as every
  * count shown (format.js formatSummaryName), once per loaded model: the canvas label, the tooltip
@@ -1287,6 +1281,11 @@ function groupSummaryCounts(model) {
 }
 
 /** The runs with traces, the timeline's: a run of TensorBoard event files only (`scalars_only`) is the waveform panel's. */
+function traceRuns(runs) {
+  return Array.isArray(runs) ? runs.filter((r) => r && !r.scalars_only && Array.isArray(r.hosts) && r.hosts.length) : [];
+}
+
+/** An event's fields and args as a key/value table; values are text (JSON for structures). */
 function renderEvent(event, input) {
   const fields = Object.entries(event || {}).filter(([key]) => key !== 'args');
   const args = event && event.args && typeof event.args === 'object' ? Object.entries(event.args) : [];
