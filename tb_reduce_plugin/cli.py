@@ -255,7 +255,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
                   "torch": "tb_reduce_plugin.live.capture.torch_schedule(FOLDER)"}.get(args.source, "the profiler")
         raise TraceError(f"--source {args.source} needs --watch FOLDER (where {writer} writes its windows)")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    if args.nice:  # below the training's priority: on shared cores the training's steps come first
+    if args.nice:  # below the training's priority, if asked (bench/bench_live_blocks.py: at 0 it costs least)
         try:
             os.nice(args.nice)
         except OSError as exc:
@@ -265,7 +265,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
                                  before_s=args.before, after_s=args.after, max_per_hour=args.max_per_hour,
                                  cooldown_s=args.cooldown, max_memory_mb=args.max_memory_mb,
-                                 keep_anomalies=args.keep_anomalies))
+                                 keep_anomalies=args.keep_anomalies, move_raw=args.source in ("torch", "jax")))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     print(f"tb-reduce live: watching {args.watch} into {os.path.join(args.logdir, 'live')} "
@@ -436,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
         "live", help="the live sidecar: reduce trace windows as they land, keep raw ones around anomalies",
         description="Every trace file that lands under --watch (any profiler) is reduced into LOGDIR/live/<time>-<seq>/ "
                     "(a run the plugin shows; the newest --keep stay), its per-step series appended to TensorBoard "
-                    "scalars in LOGDIR/live/, and its raw file kept in a ring bounded by --ring-mb. When a trigger "
+                    "scalars in LOGDIR/live/series/<source>/ (one run per source), and its raw file kept in a ring bounded by --ring-mb. When a trigger "
                     "fires (step:Kx, stall:DURATION, name:REGEX:DURATION; default step:2x and stall:250ms), the raw "
                     "windows from --before to --after around it are kept as LOGDIR/live/<window>-anomaly-<time>-<kind>/ "
                     "with anomaly.json.")
@@ -463,9 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--cooldown", type=_seconds, default=60.0, help="least time between two of one trigger (default 60s)")
     v.add_argument("--keep-anomalies", type=_positive, default=20, metavar="N",
                    help="anomaly runs kept, the newest (default 20); the oldest are deleted, one log line each")
-    v.add_argument("--nice", type=_niceness, default=10, metavar="N",
-                   help="run N steps below the priority it is started at (default 10: the training's steps come "
-                        "first on shared cores; 0 keeps the priority)")
+    v.add_argument("--nice", type=_niceness, default=0, metavar="N",
+                   help="run N niceness steps below the priority it is started at (default 0, the same: measured "
+                        "beside a CPU torch loop on 2 cores, the sidecar cost its steps +0-2.5 %% at 0 and +9-13 %% "
+                        "at 10, bench/bench_live_blocks.py)")
     _add_max_memory(v, "the memory reducing one window may use, at most: a window that needs more is refused "
                        "with a line, and the next one is read")
     v.set_defaults(func=_cmd_live)

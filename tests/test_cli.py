@@ -532,7 +532,7 @@ def test_live_passes_max_memory_mb_keep_anomalies_and_the_triggers_to_the_sideca
 
     monkeypatch.setattr(sidecar_mod, "Sidecar", Recorded)
     (tmp_path / "watch").mkdir()
-    base = ["live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch"), "--nice", "0"]
+    base = ["live", "--logdir", str(tmp_path / "logdir"), "--watch", str(tmp_path / "watch")]
     term = signal.getsignal(signal.SIGTERM)
     try:
         assert main(base) == 0
@@ -547,15 +547,16 @@ def test_live_passes_max_memory_mb_keep_anomalies_and_the_triggers_to_the_sideca
     assert "triggers: name:nccl.*AllReduce:300ms" in capsys.readouterr().err
 
 
-def test_live_runs_below_the_priority_it_was_started_at(tmp_path: Path) -> None:
-    """The sidecar shares the training's cores: by default it runs 10 niceness steps below it
-    (`--nice 0` keeps the priority)."""
+def test_live_keeps_its_priority_unless_told_to_run_below_it(tmp_path: Path) -> None:
+    """`--nice N` runs the sidecar N niceness steps below where it was started; by default it
+    keeps its priority (measured: a niced sidecar is preempted into many slices and costs a
+    CPU training loop more, bench/bench_live_blocks.py)."""
     import signal
     import subprocess
 
     (tmp_path / "watch").mkdir()
     mine = os.getpriority(os.PRIO_PROCESS, 0)
-    for flags, expect in (([], min(19, mine + 10)), (["--nice", "3"], min(19, mine + 3)), (["--nice", "0"], mine)):
+    for flags, expect in (([], mine), (["--nice", "3"], min(19, mine + 3)), (["--nice", "19"], 19)):
         proc = subprocess.Popen([sys.executable, "-m", "tb_reduce_plugin", "live", "--logdir", str(tmp_path / "logdir"),
                                  "--watch", str(tmp_path / "watch"), *flags], stderr=subprocess.PIPE, text=True)
         try:

@@ -109,6 +109,11 @@ class LiveConfig:
     cooldown_s: float = 60.0
     max_memory_mb: Optional[float] = None  # one window's reduction promises no more (None: unbounded), as the CLI's
     keep_anomalies: Optional[int] = 20  # anomaly runs kept, newest first (None: all)
+    # Move each final raw window into the ring instead of copying it (and delete the capture
+    # helper's `.overhead.json` once read): for a folder only tb-reduce's capture helpers
+    # write (`--source torch|jax`), which would otherwise grow by a file every window and be
+    # walked whole every second; never for a profiler's own folder (`--source watch`).
+    move_raw: bool = False
 
 
 @dataclass
@@ -271,6 +276,8 @@ class Sidecar:
             return
         window, t0, t1 = known
         self._keep_raw(ready, window, t0, t1)
+        if self.config.move_raw and not os.path.exists(ready.path):
+            _overhead_pct(ready.path, remove=True)  # read with its partial window already: only removed now
 
     def _keep_raw(self, ready: Ready, window: str, t0: float, t1: float) -> None:
         """The raw window into the ring, once per raw version (a window done again after a
@@ -279,7 +286,8 @@ class Sidecar:
         if any(e.meta.get("raw") == raw for e in self.ring.entries()):
             return
         try:
-            self.ring.add(ready.path, t0, t1, meta={"window": window, "raw": raw}, expect=ready.identity())
+            self.ring.add(ready.path, t0, t1, meta={"window": window, "raw": raw}, expect=ready.identity(),
+                          move=self.config.move_raw)
         except (RingError, ValueError) as exc:
             self.lines.warn("tb-reduce live: the drive recorder could not keep %s: %s", self._name(ready.path), exc)
 
@@ -318,7 +326,7 @@ class Sidecar:
             return
         try:
             series.add(record, source, raw_path)
-            pct = _overhead_pct(raw_path)
+            pct = _overhead_pct(raw_path, remove=self.config.move_raw and not os.path.exists(raw_path))
             if pct is not None:  # what the capture cost, measured by the capture helper (`capture.TorchWindows`)
                 numbers = [n for n in record.step_numbers if n is not None]
                 series.write_overhead(source, numbers[-1] if numbers else record.sequence, pct, record.captured_t1)
@@ -400,8 +408,9 @@ class Sidecar:
                 pass
 
 
-def _overhead_pct(raw_path: str) -> Optional[float]:
-    """`overhead_pct` from the `<window>.overhead.json` a capture helper wrote beside the window."""
+def _overhead_pct(raw_path: str, remove: bool = False) -> Optional[float]:
+    """`overhead_pct` from the `<window>.overhead.json` a capture helper wrote beside the window
+    (deleted once read when `remove`: its window has been moved into the ring)."""
     split = split_trace_name(os.path.basename(raw_path))
     stem = os.path.join(os.path.dirname(raw_path), split[0]) if split else raw_path
     try:  # non-blocking and regular only: a FIFO named like it hangs nothing
@@ -410,6 +419,12 @@ def _overhead_pct(raw_path: str) -> Optional[float]:
             pct = json.loads(f.read(1 << 16)).get("overhead_pct")
     except (OSError, TraceError, ValueError, AttributeError):
         return None
+    finally:
+        if remove:
+            try:
+                os.unlink(stem + OVERHEAD_SUFFIX)
+            except OSError:
+                pass
     return float(pct) if isinstance(pct, (int, float)) and math.isfinite(pct) else None
 
 
