@@ -1,6 +1,7 @@
 // Reading a merged view (`trace?hosts=…`, multihost/merge.py): which host an event of it
 // belongs to, that host's own input index of it (for the `event` route), and what the
 // status line says about how the hosts were placed in time.
+import {formatCount} from './format.js';
 
 /** Host rank r's pids are r·2^32 + (pid mod 2^32); a string pid is "host/pid". */
 export const PID_STRIDE = 2 ** 32;
@@ -37,9 +38,9 @@ export function hostEventOf(tb, pid, k) {
 export function mergedNote(tb) {
   const hosts = Array.isArray(tb.hosts) ? tb.hosts : [];
   const a = tb.alignment || {};
-  const parts = [`${hosts.length} hosts merged, ${a.absolute ? 'placed by real time' : 'lined up by their first events, not real time'}`];
+  const parts = [`${formatCount(hosts.length)} hosts merged, ${a.absolute ? 'placed by real time' : 'lined up by their first events, not real time'}`];
   const lanes = hosts.filter((h) => h.lane).length;
-  if (lanes) parts.push(`${lanes} shown as busy lanes (click one to expand it)`);
+  if (lanes) parts.push(`${formatCount(lanes)} shown as busy lanes (click one to expand it)`);
   for (const h of hosts) if (h.error) parts.push(`${h.host} could not be read: ${h.error}`);
   return parts.join(' · ');
 }

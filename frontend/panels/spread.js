@@ -5,7 +5,7 @@
 // timeline to the step (its extent over the hosts, on the merged clock).
 import {fetchSpread} from '../api.js';
 import {el, setChildren, sizeCanvas} from '../dom.js';
-import {formatDuration} from '../format.js';
+import {formatCount, formatDuration} from '../format.js';
 
 const H = 132;
 const PAD = {l: 56, r: 12, t: 10, b: 22};
@@ -63,7 +63,7 @@ export class SpreadPanel {
       return;
     }
     this.root.dataset.state = 'loading';
-    setChildren(this.facts, `finding the steps of ${hosts.length} hosts…`);
+    setChildren(this.facts, `finding the steps of ${formatCount(hosts.length)} hosts…`);
     setChildren(this.notes);
     this.requestDraw();
     fetchSpread(run, hosts).then((doc) => {
@@ -94,7 +94,7 @@ export class SpreadPanel {
     this.root.dataset.hosts = String(withSteps);
     this.root.dataset.steps = String(doc.steps.length);
     setChildren(this.facts, doc.steps.length
-      ? `${doc.steps.length} ${doc.steps.length === 1 ? 'step' : 'steps'} · ${withSteps} of ${doc.hosts.length} hosts have steps`
+      ? `${formatCount(doc.steps.length)} ${doc.steps.length === 1 ? 'step' : 'steps'} · ${formatCount(withSteps)} of ${formatCount(doc.hosts.length)} hosts have steps`
       : 'none of these hosts has step markers');
     setChildren(this.notes, doc.hosts.filter((h) => h.error || h.reason || h.repeated).map((h) =>
       el('li', {class: h.error ? 'tbr-error' : 'tbr-muted', 'data-host': h.host},
@@ -193,7 +193,7 @@ export class SpreadPanel {
     const s = this.doc.steps[i];
     const v = s.series[this.series];
     const ms = (x) => (Number.isFinite(x) ? formatDuration(x * 1000) : '—');
-    return [`step ${s.step} · ${label(this.series)} · ran on ${s.hosts} of ${this.doc.hosts.length} hosts`,
+    return [`step ${s.step} · ${label(this.series)} · ran on ${formatCount(s.hosts)} of ${formatCount(this.doc.hosts.length)} hosts`,
       `min ${ms(v.min)} · median ${ms(v.median)} · max ${ms(v.max)}`,
       v.straggler ? `straggler: ${v.straggler} (${ms(v.max)})` : 'no host has this series here'];
   }
