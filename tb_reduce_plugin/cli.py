@@ -436,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         "live", help="the live sidecar: reduce trace windows as they land, keep raw ones around anomalies",
         description="Every trace file that lands under --watch (any profiler) is reduced into LOGDIR/live/<time>-<seq>/ "
                     "(a run the plugin shows; the newest --keep stay), its per-step series appended to TensorBoard "
-                    "scalars in LOGDIR/live/series/<source>/ (one run per source), and its raw file kept in a ring bounded by --ring-mb. When a trigger "
+                    "scalars in LOGDIR/live/series/<source>/ (one run per source), and its raw file kept in a ring "
+                    "bounded by --ring-mb. When a trigger "
                     "fires (step:Kx, stall:DURATION, name:REGEX:DURATION; default step:2x and stall:250ms), the raw "
                     "windows from --before to --after around it are kept as LOGDIR/live/<window>-anomaly-<time>-<kind>/ "
                     "with anomaly.json.")
