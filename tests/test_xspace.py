@@ -18,6 +18,7 @@ from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.pipeline import event_json, index_file, reduce_to_bytes
 from tb_reduce_plugin.xspace import decode_event_columns
 from tb_reduce_plugin.xspace_schema import XEvent, XSpace, XSpaceIndexView
+from tests.jax_export_support import record_capped_jax_run
 from tests.protobuf_wire import field, varint
 from tests.xspace_oracle import convert, xevent_count
 
@@ -171,10 +172,8 @@ def test_the_conversion_agrees_with_the_trace_json_jax_wrote_beside_it() -> None
 def test_a_profile_over_a_million_events_is_read_whole_where_jaxs_json_stops(tmp_path: Path) -> None:
     """A real JAX profile past JSON export's 1,000,000-event cap: the JSON holds the
     first million, the XSpace all of them, and we must hold every one."""
-    pytest.importorskip("jax", reason="jax is a test dependency (setup.py extras 'test')")
     out = tmp_path / "jax"
-    subprocess.run([sys.executable, str(ROOT / "bench" / "make_jax_xspace.py"), "--steps", "26000", "--out", str(out)],
-                   check=True, capture_output=True, timeout=600)
+    record_capped_jax_run(out)  # recorded once, shared with the other suites that need it
     xplane = next(out.glob("plugins/profile/*/*.xplane.pb"))
     trace_json = next(out.glob("plugins/profile/*/*.trace.json.gz"))
     total = xevent_count(xplane)
