@@ -104,8 +104,14 @@ def test_exactly_the_window_with_the_slow_step_is_kept_raw_for_each_trigger_alon
     records = car.step()
     car.finish()
     assert len(records) == STEPS // EVERY
-    [anomaly] = car.anomalies  # one firing, from the slow step's window: the noise fired nothing
-    report = json.loads((Path(anomaly) / ANOMALY_JSON).read_text())
+    reports = {a: json.loads((Path(a) / ANOMALY_JSON).read_text()) for a in car.anomalies}
+    [anomaly] = [a for a, r in reports.items() if r["step"] == SLOW_STEP]  # the slow step's window, once
+    # the noise fired nothing, unless a busy machine made a step really slow in every recording made
+    profiled = _profiled_steps(windows)
+    median = sorted(d for k, d in profiled.items() if k != SLOW_STEP)[len(profiled) // 2 - 1]
+    for r in reports.values():
+        assert r["step"] == SLOW_STEP or profiled.get(r["step"], 0.0) > CALM * median, (r, profiled)
+    report = reports[anomaly]
     assert report["trigger"] == trigger and report["step"] == SLOW_STEP, report
     slow_window = next(r for r in records if SLOW_STEP in r.step_numbers)
     assert report["window"] == slow_window.name
