@@ -109,7 +109,7 @@ def test_the_torch_schedule_path_keeps_the_slow_window_raw_while_training_runs(t
     assert (logdir / RING_FOLDER).is_dir() and any((logdir / RING_FOLDER).iterdir())
     # --source torch: the helper's folder is the sidecar's; each window is moved into the ring, so it stays small
     left = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
-    assert steps // EVERY >= 10 and len(left) <= 4, left
+    assert len(left) <= 4 < steps // EVERY - 2, (left, steps)  # of the windows written, only the last few are there
     # the reduced window holding the slow step outlives --keep; the others are pruned to it
     windows = _windows(live)
     assert report["window"] in windows, (report["window"], windows)
