@@ -1049,8 +1049,17 @@ export class Timeline {
     if (!this.ownsKey(e.target)) return;
     if (!this.view) return;
     e.preventDefault(); // never the focused picker's type-ahead
+    const fresh = !this.keys.has(key); // a new press, not the key's auto-repeat
     this.keys.add(key);
-    if (down && !this.keyLoop) {
+    if (fresh) { // one immediate step, so a tap does something even between frames (and while the loop of an
+      // earlier tap is still to see its last frame: a tap then was lost, its release landing before that frame)
+      const x = this.mouse.inside ? this.mouse.x : this.gutter + this.plotWidth() / 2;
+      if (key === 'w') this.zoomAt(0.9, x);
+      if (key === 's') this.zoomAt(1 / 0.9, x);
+      if (key === 'a') this.panPx(-this.plotWidth() * 0.05);
+      if (key === 'd') this.panPx(this.plotWidth() * 0.05);
+    }
+    if (!this.keyLoop) {
       let last = performance.now();
       const step = (now) => {
         if (!this.keys.size) {
@@ -1066,12 +1075,6 @@ export class Timeline {
         if (this.keys.has('d')) this.panPx(this.plotWidth() * 0.9 * dt);
         this.keyLoop = requestAnimationFrame(step);
       };
-      // one immediate step, so a tap does something even between frames
-      const x = this.mouse.inside ? this.mouse.x : this.gutter + this.plotWidth() / 2;
-      if (key === 'w') this.zoomAt(0.9, x);
-      if (key === 's') this.zoomAt(1 / 0.9, x);
-      if (key === 'a') this.panPx(-this.plotWidth() * 0.05);
-      if (key === 'd') this.panPx(this.plotWidth() * 0.05);
       this.keyLoop = requestAnimationFrame(step);
     }
   }
