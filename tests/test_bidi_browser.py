@@ -90,7 +90,8 @@ def raw_controls(page) -> list[str]:
 
 def choose_series(page, key: str) -> None:
     page.select_option("[data-testid=wave-series]", key)
-    page.wait_for_function("() => document.querySelector('[data-testid=waveforms]').dataset.state === 'ready'",
+    page.wait_for_function("() => document.querySelector('[data-testid=waveforms]').dataset.state === 'ready'"
+                           " && document.querySelector('[data-testid=waveforms]').dataset.drawn === 'true'",
                            timeout=60000)
 
 

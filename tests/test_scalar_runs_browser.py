@@ -90,9 +90,11 @@ def wait_panel(frame, timeout: float = 60000) -> None:
     frame.wait_for_function("""() => {
       const p = document.querySelector('[data-testid=waveforms]');
       return p && !p.hidden && p.dataset.state !== 'loading' && p.dataset.state !== 'idle'
+        && p.dataset.drawn === 'true'  // the frame showing it, drawn
         && !document.querySelector('[data-testid=wave-legend] [data-status=loading]');
     }""", timeout=timeout)
-    frame.wait_for_timeout(100)
+    # a frame requested before now (a change of smoothing, of ticks) runs before this one
+    frame.evaluate("() => new Promise((done) => requestAnimationFrame(() => done()))")
 
 
 def legend(frame) -> list[dict]:

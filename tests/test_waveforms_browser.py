@@ -109,9 +109,11 @@ def wait_panel(page, timeout: float = 60000) -> None:
     page.wait_for_function("""() => {
       const p = document.querySelector('[data-testid=waveforms]');
       return p && p.dataset.state !== 'loading' && p.dataset.state !== 'idle'
+        && p.dataset.drawn === 'true'  // the frame showing it, drawn
         && !document.querySelector('[data-testid=wave-legend] [data-status=loading]');
     }""", timeout=timeout)
-    page.wait_for_timeout(80)  # the frame after the data arrived
+    # a frame requested before now (a change of smoothing, of ticks) runs before this one
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => done()))")
 
 
 def open_view(page, server, run: str = RUN, host: str = HOST, series: str | None = None):

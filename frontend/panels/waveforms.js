@@ -356,13 +356,13 @@ export class WaveformPanel {
     this.root.hidden = !this.run; // no runs: the timeline's message says why
     if (!this.run) {
       this.entries = [];
-      this.root.dataset.state = 'ready';
+      this.setState('ready');
       setChildren(this.seriesSelect);
       this.renderLegend();
       this.showEmpty('No runs to plot.');
       return;
     }
-    this.root.dataset.state = 'loading';
+    this.setState('loading');
     this.setNote('');
     // The host's derived series are known once its steps are (the `tags` route lists
     // them only when they have been derived already): ask for them at once, and
@@ -393,7 +393,7 @@ export class WaveformPanel {
     const key = this.seriesKey;
     if (!key) {
       this.entries = [];
-      this.root.dataset.state = tags ? 'ready' : 'error';
+      this.setState(tags ? 'ready' : 'error');
       this.renderLegend();
       this.showEmpty(tags ? 'This run has no series: no scalar tags in its event files and no trace host.' : 'No series.');
       this.requestDraw();
@@ -417,12 +417,12 @@ export class WaveformPanel {
     this.showEmpty(runs.length ? 'Loading…' : 'Tick a run to plot.');
     this.requestDraw();
     if (!runs.length) {
-      this.root.dataset.state = 'ready';
+      this.setState('ready');
       return;
     }
     await Promise.all(this.entries.map((entry) => this.fill(entry, seq, tags)));
     if (seq !== this.seq) return;
-    this.root.dataset.state = this.entries.some((e) => e.status === 'error') ? 'error' : 'ready';
+    this.setState(this.entries.some((e) => e.status === 'error') ? 'error' : 'ready');
     this.noteAll();
   }
 
@@ -643,6 +643,17 @@ export class WaveformPanel {
   }
 
   // ---- drawing -----------------------------------------------------------------
+  /**
+   * The panel's state (`data-state`), and whether the frame showing it has been drawn
+   * (`data-drawn`): what a reader sees lags the data by one frame, and a check of
+   * the canvas must wait for that frame, not for a guessed delay.
+   */
+  setState(state) {
+    this.root.dataset.state = state;
+    this.root.dataset.drawn = 'false';
+    this.requestDraw();
+  }
+
   requestDraw() {
     if (this.frameRequested) return;
     this.frameRequested = true;
@@ -666,6 +677,7 @@ export class WaveformPanel {
 
   draw() {
     this.frameRequested = false;
+    if (this.root.dataset.state !== 'loading') this.root.dataset.drawn = 'true';
     if (this.collapsed) return;
     const rect = this.plot.getBoundingClientRect();
     const W = Math.max(100, Math.floor(rect.width));
