@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -107,7 +108,8 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         try:
             stats = reduce_file(args.input, args.output, level, args.start_us, args.end_us,
                                 max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024), progress=bar,
-                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), from_start=relative)
+                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), from_start=relative,
+                                indexer=_indexer(args))
         finally:
             bar.close()
         if stats_out is not None:
@@ -139,6 +141,7 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         f"{_human(i['json_bytes'])} → {_human(o['json_bytes'])} JSON ({by_pct:.1f}%), "
         f"{_human(o['file_bytes'])} written to {args.output} in {stats['timings_s']['total']:.2f} s"
         + (" [input truncated: read up to its last complete event]" if i.get("truncated") else "")
+        + (" [index reopened from --cache-dir]" if stats.get("index") == "stored" else "")
     )
     return 0
 
@@ -171,7 +174,7 @@ def _from_start(text: str) -> float:
 
 def _cmd_waveforms(args: argparse.Namespace) -> int:
     series = waveforms_file(args.input, max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
-                            max_memory_bytes=int(args.max_memory_mb * 1024 * 1024))
+                            max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=_indexer(args))
     if args.format == "json":
         sys.stdout.write(json.dumps(_finite(series.to_json()), allow_nan=False) + "\n")
     else:
@@ -370,9 +373,24 @@ def _file_name(text: str) -> str:
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
-    """The limits every command that reads a trace takes."""
+    """The limits every command that reads a trace takes, and where its index may be kept."""
     p.add_argument("--max-inflated-mb", type=_megabytes, default=64 * 1024, help="refuse inputs that inflate past this (MB)")
     _add_max_memory(p)
+    p.add_argument("--cache-dir", type=_file_name, default=None, metavar="DIR",
+                   help="keep the trace's parsed index in DIR/index (per file version; at most a quarter of the "
+                        "disk's free space, least recently used out), so the next run on the same file reopens it "
+                        "instead of parsing it again; the plugin's --tb_reduce_cache_dir is such a DIR")
+
+
+def _indexer(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
+    """`index.store.indexed` over `--cache-dir`'s store, or None (parse every time)."""
+    if not args.cache_dir:
+        return None
+    from .index.store import IndexStore, default_index_bytes, indexed
+
+    folder = os.path.join(args.cache_dir, "index")
+    store = IndexStore(folder, default_index_bytes(folder))
+    return functools.partial(indexed, store) if store.usable else None
 
 
 def _add_max_memory(p: argparse.ArgumentParser,

@@ -81,12 +81,14 @@ class TraceIndex:
             t = self.table
             arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
                       t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value)
-            n = sum(a.nbytes for a in arrays)
+            # columns mapped from the index store are file-backed pages the kernel can take
+            # back at any time, not the process's memory: they are not charged
+            n = sum(a.nbytes for a in arrays if not isinstance(a, np.memmap))
             n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
             n += sum(map(sys.getsizeof, t.cats)) + 120 * (len(t.cats) + len(t.process_names) + len(t.thread_names))
             positions = getattr(self.source, "positions", None)  # a Chrome trace's event positions
             if positions is not None:
-                n += positions.nbytes
+                n += sum(a.nbytes for a in (positions.starts, positions.lengths) if not isinstance(a, np.memmap))
             lines = getattr(self.source, "lines", None)
             if lines:
                 shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
@@ -292,6 +294,9 @@ def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Opti
     stats["output"] = dict(obj["output"], json_bytes=sink.bytes)
     stats["input"] = dict(obj["input"], json_bytes=index.json_bytes)
     stats["timings_s"] = {"index": index.seconds, "plan": plan_s, "write": time.perf_counter() - t_write}
+    # where the index came from: parsed now, or reopened from the index store (timings_s.index
+    # is then the reopening's); not in the output's own header, which stays the same either way
+    stats["index"] = "stored" if index.extra.get("stored_index") else "parsed"
     return stats
 
 
@@ -305,8 +310,13 @@ def reduce_file(
     progress: Optional[Progress] = None,
     max_memory_bytes: Optional[int] = None,
     from_start: bool = False,
+    indexer: Optional[Callable[..., TraceIndex]] = None,
 ) -> dict[str, Any]:
     """Reduce `src` into `dst` atomically (gzip when `dst` ends in .gz).
+
+    `indexer`: what gives the index of `src` (`index_file`'s arguments, by name): by
+    default `index_file` parses it; the CLI's `--cache-dir` passes one that reopens the
+    index a run before stored (`index.store.indexed`).
 
     `from_start`: the window is in µs from the trace's first timestamp (as the dashboard
     shows time), not in the trace's own clock. With a window, the stats carry `window`:
@@ -340,7 +350,8 @@ def reduce_file(
 
         budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(src)}")
-        index = index_file(src, max_inflated_bytes, phase(0), account=reading)
+        index = (indexer or index_file)(src, max_inflated_bytes=max_inflated_bytes, progress=phase(0),
+                                        account=reading)
         index.account = reading
         origin = default_window(index.table)[0]
         if from_start and start_us is not None and end_us is not None:
@@ -380,12 +391,14 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
 
 
 def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-                   max_memory_bytes: Optional[int] = None) -> StepSeries:
-    """The per-step series of a trace file, within `max_memory_bytes` (see `reduce_file`)."""
+                   max_memory_bytes: Optional[int] = None,
+                   indexer: Optional[Callable[..., TraceIndex]] = None) -> StepSeries:
+    """The per-step series of a trace file, within `max_memory_bytes` (see `reduce_file`,
+    and its `indexer`)."""
     src = os.fspath(src)
     budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
     reading = budget.account(f"reading {os.path.basename(src)}")
-    index = index_file(src, max_inflated_bytes, account=reading)
+    index = (indexer or index_file)(src, max_inflated_bytes=max_inflated_bytes, account=reading)
     index.account = reading
     with budget.account(f"deriving the steps of {os.path.basename(src)}") as deriving:
         return derive_index(index, deriving)

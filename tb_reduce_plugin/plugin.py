@@ -232,6 +232,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             cache_dir=getattr(flags, "tb_reduce_cache_dir", None) or os.environ.get("TB_REDUCE_CACHE_DIR")
             or default_cache_dir(),
             cache_mb=_flag(flags, "tb_reduce_cache_mb", 1024),
+            index_mb=_flag(flags, "tb_reduce_index_mb", 0) or None,
             max_input_mb=_flag(flags, "tb_reduce_max_input_mb", 4096, least=MIN_MB),
             memory_mb=_flag(flags, "tb_reduce_memory_mb", 2048, least=MIN_MB),
             follow_symlinks=_switch(flags, "tb_reduce_follow_symlinks", True),
@@ -445,8 +446,10 @@ class TraceReducePlugin(base_plugin.TBPlugin):
                                                      **({} if limit is None else {"limit": limit})))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
+        store = self.service.store
         return _json(request, {"version": __version__, "profile_tab": self.profile_hook.status(),
-                               "discovery": self.service.catalog.discovery()})
+                               "discovery": self.service.catalog.discovery(),
+                               "index_store": store.info().as_dict() if store is not None else None})
 
     # ---- the Profile tab (XProf's routes, fronted: see profile_tab/hook.py) ----------
     def _fronted(self, xprof_app: WsgiApp,
@@ -774,6 +777,11 @@ class TraceReduceLoader(base_plugin.TBLoader):
                                 "~/.cache/tb-reduce).")
         group.add_argument("--tb_reduce_cache_mb", metavar="MB", type=_megabytes(0), default=1024,
                            help="Disk cache size for reduced traces, least recently used first out (default 1024).")
+        group.add_argument("--tb_reduce_index_mb", metavar="MB", type=_megabytes(0), default=0,
+                           help="Disk kept for parsed traces' indexes (in DIR/index of --tb_reduce_cache_dir), "
+                                "so a restarted TensorBoard reopens a trace instead of parsing it again; least "
+                                "recently used out, never one in use (default 0: a quarter of that disk's free "
+                                "space, at least 1024).")
         group.add_argument("--tb_reduce_max_input_mb", metavar="MB", type=_megabytes(MIN_MB), default=4096,
                            help="Refuse trace files larger than this, before reading them (default 4096).")
         group.add_argument("--tb_reduce_memory_mb", metavar="MB", type=_megabytes(MIN_MB), default=2048,

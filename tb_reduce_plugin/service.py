@@ -42,12 +42,13 @@ from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_di
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
+from .index.store import IndexStore, default_index_bytes
 from .multihost.executor import LocalPool, make_executor
 from .multihost.views import MergedViews
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from .query import aggregate as query_aggregate
 from .query import search as query_search
-from .sources import FileIdentity
+from .sources import DEFAULT_MAX_RATIO, FileIdentity
 from .waveforms.categories import CATEGORIES
 from .waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
 from .waveforms.scalars import tag_id as scalar_tag_id
@@ -101,7 +102,7 @@ class TraceService:
     def __init__(self, logdir: str, cache_dir: Optional[str] = None, cache_mb: float = 1024,
                  max_input_mb: float = 4096, memory_mb: float = 2048, workers: Optional[int] = None,
                  max_waiting: int = 32, wait_s: float = 60.0, follow_symlinks: bool = True,
-                 host_workers: Optional[str] = None) -> None:
+                 host_workers: Optional[str] = None, index_mb: Optional[float] = None) -> None:
         self.catalog = Catalog(logdir, follow_symlinks=follow_symlinks)
         cache_dir = cache_dir or default_cache_dir()
         self.budget = MemoryBudget(int(memory_mb * MB))
@@ -121,6 +122,14 @@ class TraceService:
                             pass
             except OSError:
                 pass
+        # Parsed indexes kept on disk per file version (`index.store`): a restart, or a second
+        # server over this cache, maps them instead of parsing the trace again.
+        index_dir = os.path.join(cache_dir, "index")
+        self.store: Optional[IndexStore] = None
+        if self.disk.usable:
+            store = IndexStore(index_dir, int(index_mb * MB) if index_mb else default_index_bytes(index_dir))
+            self.store = store if store.usable else None
+        self._saving: list[threading.Thread] = []
         self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
         self.flight = SingleFlight()
         self._refusals: OrderedDict[tuple, tuple[type, str, dict]] = OrderedDict()  # index key -> why
@@ -210,6 +219,11 @@ class TraceService:
         requests for one hostile file must not pay that again and again.
         """
         refused = self._refusals.get(self._index_key(tf))
+        if refused is None and self.store is not None and not objectstore.is_url(tf.path):
+            kept = self.store.refusal(tf.path, tf.identity(), self._limits())
+            if kept is not None:
+                self._remember_refusal(self._index_key(tf), kept, tf, on_disk=False)
+                refused = self._refusals.get(self._index_key(tf))
         if refused is not None:
             kind, message, attrs = refused
             exc = TraceError.__new__(kind)
@@ -217,7 +231,11 @@ class TraceService:
             exc.__dict__.update(attrs)
             raise exc
 
-    def _remember_refusal(self, key: tuple, exc: BaseException, tf: TraceFile) -> None:
+    def _limits(self) -> tuple:
+        """What a refusal depends on besides the file's bytes: this server's limits."""
+        return (self.max_input_bytes, self.budget.limit)
+
+    def _remember_refusal(self, key: tuple, exc: BaseException, tf: TraceFile, on_disk: bool = True) -> None:
         # A store that could not be reached (ObjectStoreError) may answer the next time: not remembered.
         if isinstance(exc, TraceError) and not isinstance(exc, (BudgetBusy, FileChanged, ObjectStoreError)):
             named = _named(exc, tf, "cannot read")
@@ -225,6 +243,9 @@ class TraceService:
                 self._refusals[key] = (type(named), str(named), dict(named.__dict__))
                 while len(self._refusals) > MAX_REFUSALS:
                     self._refusals.popitem(last=False)
+            if on_disk and self.store is not None and not objectstore.is_url(tf.path):
+                # kept per file version on disk too: a restarted server refuses it without a parse
+                self.store.remember_refusal(tf.path, tf.identity(), self._limits(), named)
 
     def _index(self, tf: TraceFile) -> TraceIndex:
         """The index of `tf`, parsed once; the caller holds a computation slot."""
@@ -242,12 +263,18 @@ class TraceService:
             account = self.budget.account(f"reading {_name(tf)}")
             try:
                 path, expect = self._readable(tf)
-                idx = index_file(path, max_inflated_bytes=max(self.max_input_bytes * 64, 1 << 30),
-                                 store_dir=self.store_dir, expect=expect,
-                                 max_file_bytes=self.max_input_bytes, account=account)
-                if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes, tf.mtime_ns):
-                    raise FileChanged(f"{_name(tf)} changed since it was listed")
-                account.settle(idx.memory_bytes(), "the parsed trace")
+                inflated = max(self.max_input_bytes * 64, 1 << 30)
+                idx = None if self.store is None else self.store.load(
+                    path, expect, max_inflated_bytes=inflated, max_ratio=DEFAULT_MAX_RATIO,
+                    store_dir=self.store_dir, account=account)
+                if idx is None:
+                    idx = index_file(path, max_inflated_bytes=inflated, store_dir=self.store_dir, expect=expect,
+                                     max_file_bytes=self.max_input_bytes, account=account)
+                    if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes,
+                                                                                                  tf.mtime_ns):
+                        raise FileChanged(f"{_name(tf)} changed since it was listed")
+                    account.settle(idx.memory_bytes(), "the parsed trace")
+                    self._save_index(idx)
             except BaseException as exc:
                 account.close()
                 self._remember_refusal(key, exc, tf)
@@ -264,6 +291,22 @@ class TraceService:
             raise _named(exc, tf, "cannot read") from None
         except MemoryError:
             raise TraceError(f"{_name(tf)} is too large to read in this server's memory") from None
+
+    def _save_index(self, idx: TraceIndex) -> None:
+        """Write `idx` into the index store beside the request, not in its way: the view
+        the parse was for is answered meanwhile (the columns are never written again)."""
+        store = self.store
+        if store is None or not store.can_save(idx):
+            return
+        thread = threading.Thread(target=store.save, args=(idx,), name="tb-reduce-index-save", daemon=True)
+        self._saving.append(thread)
+        thread.start()
+        self._saving = [t for t in self._saving if t.is_alive()]
+
+    def wait_saved(self, timeout: Optional[float] = None) -> None:
+        """Wait for the indexes being written to the store (tests, shutdown)."""
+        for thread in list(self._saving):
+            thread.join(timeout)
 
     def _readable(self, tf: TraceFile) -> tuple[str, FileIdentity]:
         """The local file to parse for `tf` and the identity it must have when opened.

@@ -1,0 +1,545 @@
+"""A Chrome trace's parsed index, persisted per file version and memory-mapped on reopen.
+
+Parsing a trace is the one cost that grows with the trace (8.7 s a GiB here); before
+this store a restart paid it again for the first new window of every trace. Now the
+first parse writes what it found into `<cache>/index/<digest>/`, one `.npy` file per
+column (numpy's own format: a header naming dtype and shape, then the raw array,
+so a reopen is `np.load(mmap_mode="r")` with no decoding) plus one msgpack file of
+the interned strings and side tables, and a manifest written last. A reopen maps the
+columns: their pages are the page cache's, file-backed and reclaimable, not the
+server's anonymous memory, so the budget does not count them.
+
+Why `.npy` and not Arrow/Parquet: the columns are plain fixed-width arrays that numpy
+reads as they lie (Parquet would decode and copy them), and numpy is already here.
+
+Trust: the digest names the file's path, device, inode, size and mtime and the
+index's own format version, so another version of the file never finds this index.
+The manifest lists every file's size and CRC-32 (ISA-L's, ~10 GB/s); a file whose
+size or checksum differs, a missing file or a manifest that does not parse makes the
+whole index damaged: it is removed and the trace parsed again, never trusted. An
+index is built in a temp folder and renamed into place whole, so a crash (kill -9,
+a full disk) leaves a temp folder, removed when its process is gone, never a partial
+index; two servers building one index at once both succeed and the first rename wins.
+
+Bounded: whole indexes go least recently used first (recency = the manifest's
+mtime, touched on every open) when the store is over its size; an index this
+process has open is never evicted. Removing a mapped file is safe on POSIX: the
+mapping keeps its pages until it is closed.
+
+Refusals (`refusal`, `remember_refusal`): why a file version could not be read under
+given limits, one small JSON file each, so a restart refuses at once what it refused
+before, without another parse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import msgspec
+import numpy as np
+from isal import isal_zlib
+
+from .. import FORMAT_VERSION
+from ..budget import Account
+from ..chrome_json import ChromeJsonEvents, EventPositions
+from ..errors import TraceError
+from ..model import EventTable
+from ..pipeline import TraceIndex, index_file
+from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity
+
+log = logging.getLogger(__name__)
+
+# Bump when what is stored, or how, changes: an older index is then simply not found.
+INDEX_VERSION = 1
+COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
+           "counter_series", "counter_value", "cat", "step_event", "step_value")
+POSITION_COLUMNS = ("starts", "lengths")
+# Columns smaller than this are read into memory: a map costs a file descriptor's worth
+# of kernel state and a page at least, for no gain.
+MAP_AT_LEAST = 1 << 16
+_CHUNK = 8 << 20
+_MANIFEST = "manifest.json"
+_STRINGS = "strings.msgpack"
+_TMP = ".tmp-"
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+def _digest(parts: list) -> str:
+    return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
+
+
+def index_digest(path: str, identity: FileIdentity) -> str:
+    """The name of the index of this version of this file (and of this index format)."""
+    return _digest(["index", INDEX_VERSION, FORMAT_VERSION, os.path.abspath(path), identity.dev, identity.ino,
+                    identity.size, identity.mtime_ns])
+
+
+class Damaged(Exception):
+    """An index on disk that cannot be trusted (why in the message)."""
+
+
+class _Checksummed:
+    """A write-only file that keeps the CRC-32 and length of what went through it."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        self.crc = isal_zlib.crc32(data, self.crc)
+        self.size += len(memoryview(data).cast("B"))
+        return self.f.write(data)
+
+
+def _crc_of(path: str, size: int) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            data = f.read(min(_CHUNK, left))
+            if not data:
+                raise Damaged(f"{os.path.basename(path)} is shorter than its manifest says")
+            crc = isal_zlib.crc32(data, crc)
+            left -= len(data)
+    return crc
+
+
+@dataclass
+class StoreInfo:
+    """What `info` reports of the store."""
+
+    directory: str
+    usable: bool
+    indexes: int
+    bytes: int
+    max_bytes: int
+    loaded: int
+    saved: int
+    damaged: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class IndexStore:
+    """Persisted indexes in `directory`, bounded to `max_bytes` (whole indexes, LRU)."""
+
+    def __init__(self, directory: str, max_bytes: int) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}  # digest -> indexes of this process mapping it
+        self.loaded = self.saved = self.damaged = 0
+        self._warned = False
+        self.usable = self._prepare()
+
+    # ---- the folder --------------------------------------------------------------
+    def _prepare(self) -> bool:
+        """Whether the store can be used; leftovers of dead builders go. Nothing is created
+        here: a server that never parses a trace leaves its cache folder as it found it."""
+        if not os.path.isdir(self.directory):
+            probe = os.path.dirname(os.path.abspath(self.directory))
+            while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+                probe = os.path.dirname(probe)
+            if not (os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)):
+                self._warn("cannot be created")
+                return False
+            return True
+        try:
+            names = os.listdir(self.directory)
+        except OSError as exc:
+            self._warn(f"cannot be read ({exc.strerror or exc})")
+            return False
+        for name in names:
+            if name.startswith(_TMP) and not _builder_alive(name):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        return True
+
+    def _warn(self, reason: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("tb_reduce: the index directory %s %s; traces are parsed again after a restart",
+                        self.directory, reason)
+
+    def _dir(self, digest: str) -> str:
+        return os.path.join(self.directory, digest)
+
+    # ---- open ----------------------------------------------------------------------
+    def load(self, path: str, identity: FileIdentity, *, max_inflated_bytes: int,
+             max_ratio: Optional[float], store_dir: Optional[str] = None,
+             account: Optional[Account] = None) -> Optional[TraceIndex]:
+        """The index of this file version if one is stored and intact, else None (a
+        damaged one is removed). `account` is charged what the index holds in memory."""
+        if not self.usable:
+            return None
+        digest = index_digest(path, identity)
+        folder = self._dir(digest)
+        if not os.path.isdir(folder):
+            return None
+        began = time.perf_counter()
+        try:
+            index = self._read(folder, digest, path, identity, max_inflated_bytes, max_ratio, store_dir)
+        except (Damaged, OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
+            self.damaged += 1
+            log.warning("tb_reduce: the stored index of %s is damaged (%s); parsing the trace again",
+                        os.path.basename(path), exc)
+            self._remove(digest)
+            return None
+        index.seconds = time.perf_counter() - began
+        self._hold(digest, index)
+        try:
+            os.utime(os.path.join(folder, _MANIFEST))  # recency, for eviction
+        except OSError:
+            pass
+        self.loaded += 1
+        if account is not None:
+            account.settle(index.memory_bytes(), "the stored index of the trace")
+            index.account = account
+        return index
+
+    def _read(self, folder: str, digest: str, path: str, identity: FileIdentity, max_inflated_bytes: int,
+              max_ratio: Optional[float], store_dir: Optional[str]) -> TraceIndex:
+        with open(os.path.join(folder, _MANIFEST), "rb") as f:
+            manifest = json.loads(f.read(1 << 20))
+        if manifest.get("version") != INDEX_VERSION or manifest.get("digest") != digest:
+            raise Damaged("its manifest is of another index")
+        files = manifest["files"]
+        for name, (size, crc) in files.items():
+            if os.path.basename(name) != name:
+                raise Damaged(f"its manifest names {name!r}")
+            file = os.path.join(folder, name)
+            if os.stat(file).st_size != size:
+                raise Damaged(f"{name} is {os.stat(file).st_size} bytes, not {size}")
+            if _crc_of(file, size) != crc:
+                raise Damaged(f"{name} does not match its checksum")
+        strings = _decoder.decode(_read_all(os.path.join(folder, _STRINGS)))
+        cols = {c: _column(folder, c, files) for c in COLUMNS}
+        n = len(cols["ph"])
+        for c in ("ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "cat"):
+            if len(cols[c]) != n:
+                raise Damaged(f"column {c} holds {len(cols[c])} rows, not {n}")
+        table = EventTable(
+            tracks=[tuple(t) for t in strings["tracks"]], names=strings["names"],
+            series=[tuple(s) for s in strings["series"]], cats=strings["cats"],
+            block_events=strings["block_events"], block_bytes=strings["block_bytes"],
+            process_names=dict(map(tuple, strings["process_names"])),
+            thread_names=dict(map(tuple, strings["thread_names"])), **cols)
+        _check_ids(table)
+        positions = None
+        if strings["positions"] is not None:
+            starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
+            if len(starts) != n or len(lengths) != n:
+                raise Damaged("the event positions do not match the events")
+            crc, text_bytes = strings["positions"]
+            positions = EventPositions(starts, lengths, crc, text_bytes)
+        source = ChromeJsonEvents(path, max_inflated_bytes, n, store_dir, identity=identity, max_ratio=max_ratio,
+                                  block_size=strings["block_size"], positions=positions)
+        extra = dict(strings["extra"])
+        extra["stored_index"] = True
+        return TraceIndex(path=path, format="chrome-json", table=table, metadata=strings["metadata"],
+                          truncated=strings["truncated"], file_bytes=strings["file_bytes"],
+                          json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
+                          identity=identity)
+
+    def _hold(self, digest: str, index: TraceIndex) -> None:
+        """Mark `digest` in use while `index` lives (never evicted meanwhile)."""
+        with self._lock:
+            self._open[digest] = self._open.get(digest, 0) + 1
+        weakref.finalize(index, self._let_go, digest)
+
+    def _let_go(self, digest: str) -> None:
+        with self._lock:
+            left = self._open.get(digest, 0) - 1
+            if left > 0:
+                self._open[digest] = left
+            else:
+                self._open.pop(digest, None)
+
+    # ---- save ----------------------------------------------------------------------
+    def can_save(self, index: TraceIndex) -> bool:
+        """Whether `save` would keep `index`: a Chrome trace's, read from a known file version
+        (XSpace's events are read back through upb's tree, which is not stored yet)."""
+        return (self.usable and index.format == "chrome-json" and index.identity is not None
+                and isinstance(index.source, ChromeJsonEvents) and not index.extra.get("stored_index"))
+
+    def save(self, index: TraceIndex) -> bool:
+        """Persist `index` (a Chrome trace's, read from a local file); True once it is in
+        place. Writes column by column: memory beyond the index is one chunk."""
+        if not self.can_save(index):
+            return False
+        source = index.source
+        assert isinstance(source, ChromeJsonEvents) and index.identity is not None
+        t = index.table
+        positions = source.positions
+        strings = {
+            "names": t.names, "cats": t.cats, "tracks": t.tracks, "series": t.series,
+            "block_events": list(t.block_events), "block_bytes": list(t.block_bytes),
+            "process_names": list(t.process_names.items()), "thread_names": list(t.thread_names.items()),
+            "metadata": index.metadata, "extra": {k: v for k, v in index.extra.items() if k != "stored_index"},
+            "truncated": index.truncated, "file_bytes": index.file_bytes, "json_bytes": index.json_bytes,
+            "block_size": source.block_size,
+            "positions": None if positions is None else [positions.crc, positions.text_bytes],
+        }
+        try:
+            encoded = _encoder.encode(strings)
+        except (TypeError, UnicodeEncodeError, OverflowError, msgspec.EncodeError) as exc:
+            log.info("tb_reduce: the index of %s is kept in memory only (%s)", os.path.basename(index.path), exc)
+            return False
+        digest = index_digest(index.path, index.identity)
+        tmp = os.path.join(self.directory, f"{_TMP}{digest}-{os.getpid()}-{threading.get_ident()}")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)  # and the store's folder, on its first index
+            files: dict[str, list[int]] = {}
+            for c in COLUMNS:
+                files[f"{c}.npy"] = _write_array(tmp, f"{c}.npy", getattr(t, c))
+            if positions is not None:
+                files["pos_starts.npy"] = _write_array(tmp, "pos_starts.npy", positions.starts)
+                files["pos_lengths.npy"] = _write_array(tmp, "pos_lengths.npy", positions.lengths)
+            with open(os.path.join(tmp, _STRINGS), "wb") as f:
+                f.write(encoded)
+            files[_STRINGS] = [len(encoded), isal_zlib.crc32(encoded)]
+            manifest = {"version": INDEX_VERSION, "digest": digest, "file": os.path.basename(index.path),
+                        "events": len(t), "files": files}
+            with open(os.path.join(tmp, _MANIFEST), "w") as f:
+                json.dump(manifest, f)
+            try:
+                os.rename(tmp, self._dir(digest))
+            except OSError:
+                if not os.path.isdir(self._dir(digest)):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process put the same index in place first
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self._warn(f"cannot be written ({exc.strerror or exc})")
+            return False
+        self.saved += 1
+        self.evict()
+        return True
+
+    # ---- size ----------------------------------------------------------------------
+    def _sizes(self) -> list[tuple[float, str, int]]:
+        """(recency, digest, bytes) of every complete index."""
+        out = []
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return out
+        for name in names:
+            if len(name) != 64:
+                continue
+            folder = self._dir(name)
+            try:
+                with os.scandir(folder) as it:
+                    size = sum(e.stat(follow_symlinks=False).st_size for e in it)
+                recency = os.path.getmtime(os.path.join(folder, _MANIFEST))
+            except OSError:
+                recency, size = 0.0, 0
+            out.append((recency, name, size))
+        return out
+
+    def total_bytes(self) -> int:
+        return sum(size for _, _, size in self._sizes())
+
+    def evict(self) -> None:
+        """Remove least recently used whole indexes until the store fits, never one in use."""
+        entries = sorted(self._sizes())
+        total = sum(size for _, _, size in entries)
+        for _, digest, size in entries:
+            if total <= self.max_bytes:
+                break
+            with self._lock:
+                if digest in self._open:
+                    continue
+            self._remove(digest)
+            total -= size
+
+    def _remove(self, digest: str) -> None:
+        folder = self._dir(digest)
+        trash = os.path.join(self.directory, f"{_TMP}gone-{digest}-{os.getpid()}-{threading.get_ident()}")
+        try:
+            os.rename(folder, trash)  # gone from view at once, even if removing its files fails
+        except OSError:
+            trash = folder
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def info(self) -> StoreInfo:
+        entries = self._sizes() if self.usable else []
+        return StoreInfo(self.directory, self.usable, len(entries), sum(s for _, _, s in entries), self.max_bytes,
+                         self.loaded, self.saved, self.damaged)
+
+    # ---- refusals ------------------------------------------------------------------
+    def _refusal_path(self, path: str, identity: FileIdentity, limits: tuple) -> str:
+        return os.path.join(self.directory, "refusals", _digest(
+            ["refusal", INDEX_VERSION, os.path.abspath(path), identity.dev, identity.ino, identity.size,
+             identity.mtime_ns, list(limits)]) + ".json")
+
+    def refusal(self, path: str, identity: FileIdentity, limits: tuple) -> Optional[TraceError]:
+        """What reading this file version under `limits` raised before, if it was kept."""
+        if not self.usable:
+            return None
+        try:
+            with open(self._refusal_path(path, identity, limits), "rb") as f:
+                kept = json.loads(f.read(1 << 16))
+            kind = _ERROR_KINDS[kept["kind"]]
+            exc = TraceError.__new__(kind)
+            TraceError.__init__(exc, str(kept["message"]))
+            exc.__dict__.update({k: v for k, v in dict(kept["attrs"]).items() if isinstance(k, str)})
+            return exc
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remember_refusal(self, path: str, identity: FileIdentity, limits: tuple, exc: TraceError) -> None:
+        if not self.usable or type(exc).__name__ not in _ERROR_KINDS:
+            return
+        attrs = {k: v for k, v in exc.__dict__.items() if isinstance(v, (int, float, str, bool, type(None)))}
+        target = self._refusal_path(path, identity, limits)
+        tmp = f"{target}.{os.getpid()}-{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump({"kind": type(exc).__name__, "message": str(exc), "attrs": attrs}, f)
+            os.replace(tmp, target)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _error_kinds() -> dict[str, type]:
+    """TraceError and its subclasses that name a file's refusal (by class name)."""
+    from ..budget import BudgetBusy
+    from ..errors import FileChanged, ObjectStoreError
+
+    passing = (FileChanged, ObjectStoreError, BudgetBusy)  # may read differently the next time
+    kinds: dict[str, type] = {}
+    todo = [TraceError]
+    while todo:
+        kind = todo.pop()
+        todo.extend(kind.__subclasses__())
+        if not issubclass(kind, passing):
+            kinds.setdefault(kind.__name__, kind)
+    return kinds
+
+
+class _Kinds(dict):
+    """`_error_kinds()`, found on first use (every subclass is imported by then)."""
+
+    def _fill(self) -> None:
+        if not super().__len__():
+            self.update(_error_kinds())
+
+    def __getitem__(self, key: str) -> type:
+        self._fill()
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return super().__contains__(key)
+
+
+_ERROR_KINDS = _Kinds()
+
+
+def default_index_bytes(directory: str) -> int:
+    """The store's default size: a quarter of the free space of its disk, at least 1 GiB.
+
+    An index takes ~45-60 B an event, so a 16 GiB, 50 M-event trace needs ~3 GB: a fixed
+    default would either refuse it or fill a small disk; a share of what is free does
+    neither. Measured once, at start: indexes written later do not shrink it."""
+    probe = directory
+    while probe and not os.path.isdir(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    try:
+        st = os.statvfs(probe or ".")
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 0
+    return max(1 << 30, free // 4)
+
+
+def indexed(store: Optional[IndexStore], path: str, *, account: Optional[Account] = None, **options: Any,
+            ) -> TraceIndex:
+    """The index of `path`: the stored one for its version if there is one, else parsed
+    (`pipeline.index_file` with `options`) and stored for the next time (the CLI's
+    `--cache-dir`; a server saves beside its requests instead)."""
+    if store is not None:
+        try:
+            identity = FileIdentity.from_stat(os.stat(path))
+        except OSError:
+            identity = None  # index_file says what is wrong with it
+        if identity is not None:
+            found = store.load(path, identity,
+                               max_inflated_bytes=options.get("max_inflated_bytes", DEFAULT_MAX_INFLATED_BYTES),
+                               max_ratio=options.get("max_ratio", DEFAULT_MAX_RATIO),
+                               store_dir=options.get("store_dir"), account=account)
+            if found is not None:
+                return found
+    index = index_file(path, account=account, **options)
+    if store is not None:
+        store.save(index)
+    return index
+
+
+def _builder_alive(name: str) -> bool:
+    """Whether the process that made temp folder `name` (…-<pid>-<thread>) still runs here."""
+    try:
+        pid = int(name.rsplit("-", 2)[-2])
+    except (ValueError, IndexError):
+        return False
+    if pid == os.getpid():
+        return False  # this process is only starting: nothing of it is being built yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_all(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write_array(folder: str, name: str, a: np.ndarray) -> list[int]:
+    with open(os.path.join(folder, name), "wb") as f:
+        out = _Checksummed(f)
+        np.lib.format.write_array(out, np.ascontiguousarray(a), allow_pickle=False)
+    return [out.size, out.crc]
+
+
+def _column(folder: str, column: str, files: dict) -> np.ndarray:
+    name = f"{column}.npy"
+    if name not in files:
+        raise Damaged(f"{name} is missing from its manifest")
+    file = os.path.join(folder, name)
+    a = np.load(file, mmap_mode="r" if files[name][0] >= MAP_AT_LEAST else None, allow_pickle=False)
+    if a.ndim != 1:
+        raise Damaged(f"{name} is not one column")
+    return a
+
+
+def _check_ids(t: EventTable) -> None:
+    """Every id of the columns points into its list: a swapped strings file cannot make
+    a plan index past them."""
+    for col, table, what in ((t.track, t.tracks, "track"), (t.name, t.names, "name"), (t.cat, t.cats, "category"),
+                             (t.counter_series, t.series, "series")):
+        if len(col) and (int(col.min()) < 0 or int(col.max()) >= len(table)):
+            raise Damaged(f"a {what} id points past the {len(table)} stored")

@@ -1,0 +1,341 @@
+"""The index store (issue 26, item 1): a Chrome trace's parsed index written once per file
+version into the cache directory and reopened by memory map — by a restarted server, a
+second one over the same cache, or the CLI's `--cache-dir` — giving byte for byte what a
+fresh parse gives; a damaged, partial or foreign index is detected and rebuilt, never
+trusted; whole indexes go least recently used first, never one in use; refusals are
+remembered per file version across restarts."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from plugin_support import require_corpus
+
+from tb_reduce_plugin import service as service_module
+from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.index import store as store_module
+from tb_reduce_plugin.index.store import IndexStore, index_digest, indexed
+from tb_reduce_plugin.pipeline import index_file, reduce_index
+from tb_reduce_plugin.query.aggregate import aggregate
+from tb_reduce_plugin.reduction import default_window
+from tb_reduce_plugin.service import TraceService
+from tb_reduce_plugin.sources import FileIdentity
+from tb_reduce_plugin.waveforms.steps import derive
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+TORCH = CORPUS / "generated" / "torch_cpu_cnn_small"
+
+
+def chrome_traces() -> list[Path]:
+    """Every Chrome trace of the corpus that parses (the one rocprof file is not a trace)."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and "rocprof" not in p.name)
+
+
+def reduced(index, level, window=(None, None)) -> bytes:
+    out = io.BytesIO()
+    reduce_index(index, out, level, window[0], window[1], gzip=False, with_input_index=True)
+    return out.getvalue()
+
+
+def identity(path: Path) -> FileIdentity:
+    return FileIdentity.from_stat(os.stat(path))
+
+
+def stored_folder(store: IndexStore, path: Path) -> Path:
+    return Path(store.directory) / index_digest(str(path), identity(path))
+
+
+@pytest.fixture()
+def trace(tmp_path) -> Path:
+    """A real PyTorch trace (the corpus's CPU CNN), copied so its version can be changed."""
+    require_corpus()
+    src = next(TORCH.glob("*.pt.trace.json"))
+    dst = tmp_path / "logs" / "run" / src.name
+    dst.parent.mkdir(parents=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("path", chrome_traces(), ids=lambda p: p.name[:60])
+def test_a_reopened_index_reduces_every_corpus_trace_to_the_bytes_a_fresh_parse_gives(path, tmp_path):
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = index_file(path)
+    assert store.save(parsed)
+    reopened = indexed(store, str(path))
+    assert reopened.extra.get("stored_index") is True
+    assert reopened.events == parsed.events
+    lo, hi = default_window(parsed.table)
+    inner = (lo + (hi - lo) * 0.3, lo + (hi - lo) * 0.4)
+    for level in (0, 2, 4, "auto"):
+        assert reduced(reopened, level) == reduced(parsed, level), level
+    assert reduced(reopened, 1, inner) == reduced(parsed, 1, inner)
+    assert aggregate(reopened.table, None, None) == aggregate(parsed.table, None, None)
+    assert derive(reopened.table).to_json() == derive(parsed.table).to_json()
+
+
+def test_the_columns_of_a_reopened_index_are_mapped_and_not_charged_as_the_processs_memory(tmp_path):
+    require_corpus()
+    big = max(chrome_traces(), key=lambda p: p.stat().st_size if p.suffix == ".gz" else 0)
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = index_file(big)
+    store.save(parsed)
+    reopened = indexed(store, str(big))
+    assert isinstance(reopened.table.ts, np.memmap) and isinstance(reopened.table.name, np.memmap)
+    columns = sum(getattr(parsed.table, c).nbytes for c in ("ts", "dur", "name", "track"))
+    assert reopened.memory_bytes() <= parsed.memory_bytes() - columns
+
+
+def test_another_version_of_the_file_does_not_find_the_index_of_the_first(trace, tmp_path):
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    store.save(index_file(trace))
+    assert indexed(store, str(trace)).extra.get("stored_index")
+    data = json.loads(trace.read_bytes())
+    data["traceEvents"] = data["traceEvents"][: len(data["traceEvents"]) // 2]
+    trace.write_text(json.dumps(data))  # a new version: new size and mtime
+    again = indexed(store, str(trace))
+    assert not again.extra.get("stored_index")
+    assert again.events < index_file(next(TORCH.glob("*.pt.trace.json"))).events
+    assert indexed(store, str(trace)).extra.get("stored_index")  # and this version is stored now
+
+
+def _truncate(folder: Path) -> None:
+    col = folder / "ts.npy"
+    col.write_bytes(col.read_bytes()[:-8])
+
+
+def _flip(folder: Path) -> None:
+    col = folder / "dur.npy"
+    data = bytearray(col.read_bytes())
+    data[-3] ^= 0x40
+    col.write_bytes(bytes(data))
+
+
+def _delete(folder: Path) -> None:
+    (folder / "name.npy").unlink()
+
+
+def _garbage_manifest(folder: Path) -> None:
+    (folder / "manifest.json").write_bytes(b"\x00{not json")
+
+
+def _manifest_naming_a_path(folder: Path) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["../../escape.npy"] = [1, 0]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _ids_past_the_strings(folder: Path) -> None:
+    """A consistent index (sizes and checksums rewritten) whose name ids point past its names."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    names = np.load(folder / "name.npy")
+    names[0] = 10 ** 6
+    np.save(folder / "name.npy", names)
+    data = (folder / "name.npy").read_bytes()
+    manifest["files"]["name.npy"] = [len(data), store_module.isal_zlib.crc32(data)]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _other_version_in_manifest(folder: Path) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["version"] = -1
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip, _delete, _garbage_manifest, _manifest_naming_a_path,
+                                    _ids_past_the_strings, _other_version_in_manifest],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_damaged_index_is_removed_and_the_trace_parsed_again_never_trusted(trace, tmp_path, damage):
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = index_file(trace)
+    store.save(parsed)
+    folder = stored_folder(store, trace)
+    damage(folder)
+    again = indexed(store, str(trace))
+    assert not again.extra.get("stored_index")
+    assert store.damaged == 1
+    assert reduced(again, 2) == reduced(parsed, 2)
+    assert not (tmp_path / "escape.npy").exists()
+    # rebuilt whole: the next open reopens it
+    assert indexed(store, str(trace)).extra.get("stored_index")
+
+
+def test_a_folder_left_by_a_killed_builder_is_removed_and_a_live_builders_is_kept(tmp_path):
+    root = tmp_path / "index"
+    root.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (root / f".tmp-{'a' * 64}-{dead.pid}-1").mkdir()
+    alive = root / f".tmp-{'b' * 64}-{os.getppid()}-1"
+    alive.mkdir()
+    IndexStore(str(root), 1 << 30)
+    assert not (root / f".tmp-{'a' * 64}-{dead.pid}-1").exists()
+    assert alive.exists()
+
+
+def test_least_recently_used_indexes_go_first_and_one_in_use_is_never_evicted(tmp_path):
+    require_corpus()
+    sources = [p for p in chrome_traces() if 200_000 < p.stat().st_size < 3_000_000][:3]
+    assert len(sources) == 3
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    held = indexed(store, str(sources[0]))  # parsed and stored, then reopened and held
+    held = indexed(store, str(sources[0]))
+    assert held.extra.get("stored_index")
+    for p in sources[1:]:
+        indexed(store, str(p))
+    os.utime(stored_folder(store, sources[1]) / "manifest.json", (1, 1))  # the least recently used
+    sizes = {p: sum(f.stat().st_size for f in stored_folder(store, p).iterdir()) for p in sources}
+    store.max_bytes = sizes[sources[0]] + sizes[sources[2]]
+    os.utime(stored_folder(store, sources[0]) / "manifest.json", (0, 0))  # older still, but in use
+    store.evict()
+    assert stored_folder(store, sources[0]).is_dir()  # in use: kept though oldest
+    assert not stored_folder(store, sources[1]).exists()
+    assert stored_folder(store, sources[2]).is_dir()
+    info = store.info()
+    assert info.indexes == 2 and info.bytes <= store.max_bytes
+
+
+def test_two_stores_saving_one_index_at_once_both_succeed_and_one_index_stands(trace, tmp_path):
+    parsed = index_file(trace)
+    a, b = IndexStore(str(tmp_path / "index"), 1 << 34), IndexStore(str(tmp_path / "index"), 1 << 34)
+    assert a.save(parsed) and b.save(parsed)
+    assert [n for n in os.listdir(tmp_path / "index") if len(n) == 64] == [index_digest(str(trace), identity(trace))]
+    assert indexed(a, str(trace)).extra.get("stored_index")
+
+
+def test_a_read_only_store_folder_still_serves_by_parsing(trace, tmp_path):
+    if os.geteuid() == 0:
+        folder = tmp_path / "not-a-folder"
+        folder.write_text("a file where the store's folder should be")
+        store = IndexStore(str(folder / "index"), 1 << 30)
+    else:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+        store = IndexStore(str(folder / "index"), 1 << 30)
+    assert not store.usable
+    index = indexed(store, str(trace))
+    assert index.events > 0 and not index.extra.get("stored_index")
+    assert not store.save(index)
+
+
+def test_a_restarted_service_reopens_the_index_and_answers_the_same(trace, tmp_path, monkeypatch):
+    logdir, cache = trace.parent.parent, tmp_path / "cache"
+    first = TraceService(str(logdir), cache_dir=str(cache))
+    host = first.runs()[0]["hosts"][0]["host"]
+    a = first.reduction("run", host, 2, None, None)
+    first.wait_saved()
+    assert first.store is not None and first.store.info().indexes == 1
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the stored index should have been reopened")
+
+    monkeypatch.setattr(service_module, "index_file", no_parse)
+    second = TraceService(str(logdir), cache_dir=str(cache))
+    lo, hi = second.on_index(second.trace_file("run", host), lambda i: default_window(i.table))
+    b = second.reduction("run", host, 3, lo, (lo + hi) / 2)  # a window never asked before the restart
+    assert second.warm_index(second.trace_file("run", host)).extra.get("stored_index")
+    assert b.stats["index"] == "stored"
+    monkeypatch.undo()
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "other-cache"))
+    c = fresh.reduction("run", host, 3, lo, (lo + hi) / 2)
+    assert _body(b) == _body(c)
+    assert a.stats["index"] == "parsed"
+
+
+def _body(r) -> bytes:
+    data = r.body.read()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def test_a_refusal_is_remembered_on_disk_and_a_restart_refuses_without_reading(tmp_path, monkeypatch):
+    logdir = tmp_path / "logs"
+    (logdir / "bad").mkdir(parents=True)
+    (logdir / "bad" / "x.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:-9] + b"garbage!!")
+    first = TraceService(str(logdir), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(TraceError) as one:
+        first.reduction("bad", "x", 2, None, None)
+    monkeypatch.setattr(service_module, "index_file", lambda *a, **k: pytest.fail("read again"))
+    second = TraceService(str(logdir), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(TraceError) as two:
+        second.reduction("bad", "x", 2, None, None)
+    assert type(two.value) is type(one.value) and str(two.value) == str(one.value)
+    # another version of the file is read (and here, parsed fine)
+    monkeypatch.undo()
+    (logdir / "bad" / "x.pt.trace.json.gz").write_bytes(gzip.compress(
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}'))
+    third = TraceService(str(logdir), cache_dir=str(tmp_path / "cache"))
+    assert third.reduction("bad", "x", 2, None, None).stats["input"]["events"] == 1
+
+
+def test_the_cli_reopens_the_index_with_cache_dir_and_writes_the_same_trace(trace, tmp_path):
+    cache = tmp_path / "cache"
+
+    def run(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "reduce", str(trace), "-o",
+                               str(tmp_path / out), "--level", "2", "--cache-dir", str(cache),
+                               "--stats-json", str(tmp_path / f"{out}.stats.json")],
+                              capture_output=True, text=True, timeout=300)
+
+    first, second = run("a.json"), run("b.json")
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    assert "index reopened" not in first.stdout and "[index reopened from --cache-dir]" in second.stdout
+    assert json.loads((tmp_path / "a.json.stats.json").read_text())["index"] == "parsed"
+    assert json.loads((tmp_path / "b.json.stats.json").read_text())["index"] == "stored"
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    waves = subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "waveforms", str(trace), "--cache-dir",
+                            str(cache)], capture_output=True, text=True, timeout=300)
+    plain = subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "waveforms", str(trace)],
+                           capture_output=True, text=True, timeout=300)
+    assert waves.returncode == 0 and waves.stdout == plain.stdout and waves.stdout.count("\n") > 1
+
+
+def test_a_restarted_tensorboard_answers_a_new_window_from_the_stored_index(tmp_path):
+    """Real `tensorboard` processes over one cache: the first parses and stores the index
+    (its `info` says so), the second answers a window never asked before from it."""
+    require_corpus()
+    from tensorboard_process import start_tensorboard
+
+    logdir, cache = tmp_path / "logs", tmp_path / "cache"
+    src = max(chrome_traces(), key=lambda p: p.stat().st_size if p.name.endswith(".pt.trace.json.gz") else 0)
+    (logdir / "run").mkdir(parents=True)
+    shutil.copyfile(src, logdir / "run" / src.name)
+    host = src.name[: -len(".pt.trace.json.gz")]
+
+    tb = start_tensorboard(logdir, cache)
+    try:
+        first = tb.json("data/plugin/tb_reduce/stats", run="run", host=host, level=2)
+        assert first["index"] == "parsed"
+        deadline = time.monotonic() + 60
+        while tb.json("data/plugin/tb_reduce/info")["index_store"]["saved"] < 1:
+            assert time.monotonic() < deadline, tb.tail()
+            time.sleep(0.2)
+    finally:
+        tb.stop()
+    t0, t1 = first["trace_us"]
+    window = dict(run="run", host=host, level=1, start_us=t0 + (t1 - t0) * 0.25, end_us=t0 + (t1 - t0) * 0.3)
+    tb = start_tensorboard(logdir, cache)
+    try:
+        again = tb.json("data/plugin/tb_reduce/stats", **window)
+        info = tb.json("data/plugin/tb_reduce/info")["index_store"]
+        assert again["index"] == "stored" and info["loaded"] == 1 and info["indexes"] == 1, info
+        status, _, body = tb.get("data/plugin/tb_reduce/trace", **window)
+        assert status == 200
+    finally:
+        tb.stop()
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    expected = fresh.reduction("run", host, 1, window["start_us"], window["end_us"])
+    served = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
+    assert served == _body(expected)
