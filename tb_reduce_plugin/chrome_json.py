@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import tempfile
@@ -38,6 +39,7 @@ from .errors import FileChanged, TraceError
 from .model import clean_json_text
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Decode = Callable[[bytes], List[T]]
 
@@ -546,11 +548,28 @@ class ChromeJsonEvents:
         self.block_size = block_size
         self._store: Optional[_BlockStore] = None
         self._building = threading.Lock()
+        # Called with `block_files()` once a full pass has built the block store (`index.store`
+        # keeps it beside the stored index, so a restarted server need not inflate the file again).
+        self.on_blocks: Optional[Callable[[str, np.ndarray, np.ndarray], None]] = None
         self.positions = positions if positions is not None and len(positions.starts) == expected_events else None
 
     @property
     def has_store(self) -> bool:
         return self._store is not None
+
+    def adopt_blocks(self, path: str, offsets: np.ndarray, firsts: np.ndarray) -> None:
+        """Read events from a block store kept before (`block_files` of an earlier run over
+        this file version, checked by the caller): opened read-only, never removed here."""
+        if self._store is None:
+            self._store = _BlockStore.kept(path, offsets, firsts)
+
+    def block_files(self) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
+        """The block store's file and its tables (each block's byte offset in the file, and
+        its first event, or first text offset with positions), if one was built."""
+        store = self._store
+        if store is None:
+            return None
+        return store.path, np.asarray(store._offsets, dtype=np.int64), store._firsts_arr
 
     def events(self, indices: Any, args: Any = None, progress: Optional[Callable[[int, int], None]] = None,
                ) -> Iterator[list[bytes]]:
@@ -584,6 +603,12 @@ class ChromeJsonEvents:
                 builder.finish()
                 if not builder.failed:
                     self._store, builder = builder, None
+                    if self.on_blocks is not None:
+                        try:
+                            self.on_blocks(*self.block_files())  # type: ignore[misc]
+                        except Exception:  # keeping it is an optimisation: the pass succeeded
+                            log.warning("tb_reduce: the block store of %s could not be kept",
+                                        os.path.basename(self.path), exc_info=True)
         finally:
             if builder is not None:  # failed, or the caller stopped early: not a whole store
                 builder.close(remove=True)
@@ -670,6 +695,21 @@ class _BlockStore:
         self._firsts: list[int] = [0]
         self.failed = False
         self._finalizer = weakref.finalize(self, _remove, self._file, self.path)
+
+    @classmethod
+    def kept(cls, path: str, offsets: np.ndarray, firsts: np.ndarray) -> _BlockStore:
+        """A store written by an earlier process, read-only: closed, not removed, when collected."""
+        self = cls.__new__(cls)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.path = path
+        self._file = os.fdopen(fd, "rb")
+        self._fd = fd
+        self._offsets = [int(x) for x in offsets]
+        self._firsts = [int(x) for x in firsts]
+        self._firsts_arr = np.asarray(firsts, dtype=np.int64)
+        self.failed = False
+        self._finalizer = weakref.finalize(self, self._file.close)
+        return self
 
     def add(self, text: Any, events: int) -> None:
         """Keep one block; a store that cannot be written (a full disk) gives up quietly:

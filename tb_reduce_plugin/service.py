@@ -22,10 +22,12 @@ Errors are domain errors (`NotFound` here, the `TraceError` family from the read
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
 import os
+import queue
 import threading
 import time
 import traceback
@@ -39,6 +41,7 @@ from isal import isal_zlib
 from . import FORMAT_VERSION, objectstore
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_digest
+from .chrome_json import ChromeJsonEvents
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
@@ -129,7 +132,7 @@ class TraceService:
         if self.disk.usable:
             store = IndexStore(index_dir, int(index_mb * MB) if index_mb else default_index_bytes(index_dir))
             self.store = store if store.usable else None
-        self._saving: list[threading.Thread] = []
+        self._writes = _Writer()
         self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
         self.flight = SingleFlight()
         self._refusals: OrderedDict[tuple, tuple[type, str, dict]] = OrderedDict()  # index key -> why
@@ -267,7 +270,9 @@ class TraceService:
                 idx = None if self.store is None else self.store.load(
                     path, expect, max_inflated_bytes=inflated, max_ratio=DEFAULT_MAX_RATIO,
                     store_dir=self.store_dir, account=account)
-                if idx is None:
+                if idx is not None:
+                    self._keep_blocks_of(idx)  # a stored index without kept blocks gets them now
+                else:
                     idx = index_file(path, max_inflated_bytes=inflated, store_dir=self.store_dir, expect=expect,
                                      max_file_bytes=self.max_input_bytes, account=account)
                     if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes,
@@ -293,20 +298,34 @@ class TraceService:
             raise TraceError(f"{_name(tf)} is too large to read in this server's memory") from None
 
     def _save_index(self, idx: TraceIndex) -> None:
-        """Write `idx` into the index store beside the request, not in its way: the view
-        the parse was for is answered meanwhile (the columns are never written again)."""
+        """Write `idx` into the index store beside the requests, not in their way (the view
+        the parse was for is answered meanwhile; the columns are never written again), and
+        keep its block store there too once a full pass has built it."""
         store = self.store
-        if store is None or not store.can_save(idx):
+        if store is None:
             return
-        thread = threading.Thread(target=store.save, args=(idx,), name="tb-reduce-index-save", daemon=True)
-        self._saving.append(thread)
-        thread.start()
-        self._saving = [t for t in self._saving if t.is_alive()]
+        if store.can_save(idx):
+            self._writes.put(functools.partial(store.save, idx))
+        self._keep_blocks_of(idx)
+
+    def _keep_blocks_of(self, idx: TraceIndex) -> None:
+        store, source, identity = self.store, idx.source, idx.identity
+        if store is None or identity is None or not isinstance(source, ChromeJsonEvents) or source.has_store:
+            return
+        path, writes = idx.path, self._writes
+
+        def on_blocks(blocks_path: str, offsets: Any, firsts: Any) -> None:
+            # linked now (the temp file goes with its source), moved beside the index after
+            # the index itself is written (one writer, in order)
+            staged = store.stage_blocks(blocks_path)
+            if staged is not None:
+                writes.put(functools.partial(store.keep_blocks, path, identity, staged, offsets, firsts))
+
+        source.on_blocks = on_blocks  # holds no reference to the index: no cycle keeps it alive
 
     def wait_saved(self, timeout: Optional[float] = None) -> None:
-        """Wait for the indexes being written to the store (tests, shutdown)."""
-        for thread in list(self._saving):
-            thread.join(timeout)
+        """Wait for what was handed to the index store's writer so far (tests, benchmarks)."""
+        self._writes.wait(timeout)
 
     def _readable(self, tf: TraceFile) -> tuple[str, FileIdentity]:
         """The local file to parse for `tf` and the identity it must have when opened.
@@ -694,6 +713,37 @@ class TraceService:
         except FileChanged as exc:
             tf = self._fresh(run, host, tf, exc)
             return self.on_index(tf, charged(tf))
+
+
+class _Writer:
+    """One daemon thread that runs the index store's writes in the order given: an index
+    before the blocks kept beside it, and never in a request's way. A daemon, so a server
+    stopping does not wait for a write (the store removes what a dead writer left)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def put(self, job: Callable[[], Any]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tb-reduce-index-writer", daemon=True)
+                self._thread.start()
+        self._queue.put(job)
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        done = threading.Event()
+        self.put(done.set)
+        done.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                job()
+            except Exception:  # a write that failed costs a parse after a restart, nothing more
+                log.warning("tb_reduce: writing to the index store failed", exc_info=True)
 
 
 def _let_go(exc: BaseException) -> None:

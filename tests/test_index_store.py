@@ -339,3 +339,80 @@ def test_a_restarted_tensorboard_answers_a_new_window_from_the_stored_index(tmp_
     expected = fresh.reduction("run", host, 1, window["start_us"], window["end_us"])
     served = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
     assert served == _body(expected)
+
+
+@pytest.fixture()
+def gz_trace(tmp_path) -> Path:
+    """A real PyTorch trace as gzip (the demo's CPU CNN), whose events are read back by inflating."""
+    require_corpus()
+    src = max((p for p in chrome_traces() if p.name.endswith(".pt.trace.json.gz")), key=lambda p: p.stat().st_size)
+    dst = tmp_path / "logs" / "run" / src.name
+    dst.parent.mkdir(parents=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def _served_once(logdir: Path, cache: Path, host: str) -> TraceService:
+    first = TraceService(str(logdir), cache_dir=str(cache))
+    first.reduction("run", host, 2, None, None)
+    first.wait_saved()
+    return first
+
+
+def test_a_restart_reads_events_from_the_kept_blocks_and_never_inflates_the_trace_again(gz_trace, tmp_path,
+                                                                                        monkeypatch):
+    logdir, cache = gz_trace.parent.parent, tmp_path / "cache"
+    host = gz_trace.name[: -len(".pt.trace.json.gz")]
+    first = _served_once(logdir, cache, host)
+    folder = stored_folder(first.store, gz_trace)
+    assert (folder / "blocks.json").is_file() and (folder / "blocks.bin").stat().st_size > 0
+
+    def no_stream(*args, **kwargs):
+        raise AssertionError("the trace was read again")
+
+    second = TraceService(str(logdir), cache_dir=str(cache))
+    lo, hi = second.on_index(second.trace_file("run", host), lambda i: default_window(i.table))
+    monkeypatch.setattr("tb_reduce_plugin.chrome_json.TraceStream", no_stream)
+    window = (lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.45)
+    got = second.reduction("run", host, 0, *window)  # level 0: every event's JSON in the window
+    detail = second.event("run", host, 7)
+    monkeypatch.undo()
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    assert _body(got) == _body(fresh.reduction("run", host, 0, *window))
+    assert detail == fresh.event("run", host, 7)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "tables", "manifest"])
+def test_damaged_kept_blocks_are_dropped_and_the_events_read_from_the_trace(gz_trace, tmp_path, damage, caplog):
+    logdir, cache = gz_trace.parent.parent, tmp_path / "cache"
+    host = gz_trace.name[: -len(".pt.trace.json.gz")]
+    first = _served_once(logdir, cache, host)
+    folder = stored_folder(first.store, gz_trace)
+    blocks = folder / "blocks.bin"
+    if damage == "flip":
+        data = bytearray(blocks.read_bytes())
+        data[len(data) // 2] ^= 1
+        blocks.write_bytes(bytes(data))
+    elif damage == "truncate":
+        blocks.write_bytes(blocks.read_bytes()[:-100])
+    elif damage == "tables":  # consistent checksums, offsets that do not describe the file
+        offsets = np.load(folder / "blocks_offsets.npy")
+        offsets[-1] += 4096
+        np.save(folder / "blocks_offsets.npy", offsets)
+        data = (folder / "blocks_offsets.npy").read_bytes()
+        manifest = json.loads((folder / "blocks.json").read_text())
+        manifest["files"]["blocks_offsets.npy"] = [len(data), store_module.isal_zlib.crc32(data)]
+        (folder / "blocks.json").write_text(json.dumps(manifest))
+    else:
+        (folder / "blocks.json").write_text('{"files": {"../../x": [1, 2]}}')
+    second = TraceService(str(logdir), cache_dir=str(cache))
+    got = second.reduction("run", host, 0, None, None)
+    assert got.stats["index"] == "stored"
+    assert "kept blocks" in caplog.text
+    assert not (folder / "blocks.json").exists() or (folder / "blocks.json").read_text() != ""
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    assert _body(got) == _body(fresh.reduction("run", host, 0, None, None))
+    second.wait_saved()
+    assert (folder / "blocks.json").is_file()  # kept again by the pass that read the trace
+    assert TraceService(str(logdir), cache_dir=str(cache)).on_index(
+        second.trace_file("run", host), lambda i: i.source.has_store)

@@ -34,6 +34,7 @@ before, without another parse.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -68,6 +69,9 @@ POSITION_COLUMNS = ("starts", "lengths")
 MAP_AT_LEAST = 1 << 16
 _CHUNK = 8 << 20
 _MANIFEST = "manifest.json"
+_BLOCKS = "blocks.json"  # the manifest of a kept block store, written after its files
+_BLOCK_FILES = ("blocks.bin", "blocks_offsets.npy", "blocks_firsts.npy")
+_staged = itertools.count()
 _STRINGS = "strings.msgpack"
 _TMP = ".tmp-"
 _encoder = msgspec.msgpack.Encoder()
@@ -196,6 +200,7 @@ class IndexStore:
                         os.path.basename(path), exc)
             self._remove(digest)
             return None
+        self._adopt_blocks(folder, index)
         index.seconds = time.perf_counter() - began
         self._hold(digest, index)
         try:
@@ -251,6 +256,84 @@ class IndexStore:
                           truncated=strings["truncated"], file_bytes=strings["file_bytes"],
                           json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
                           identity=identity)
+
+    # ---- the block store kept beside an index -----------------------------------------
+    # A Chrome trace's events are read back (for a window's args, an event's details) from
+    # the file itself; for a gzip file that means inflating it from its start, so the first
+    # full pass keeps every block compressed (`chrome_json._BlockStore`). Kept here, beside
+    # the index, a restarted server reads the blocks a window needs instead of the whole file.
+    def _adopt_blocks(self, folder: str, index: TraceIndex) -> None:
+        manifest_path = os.path.join(folder, _BLOCKS)
+        if not os.path.exists(manifest_path):
+            return
+        source = index.source
+        try:
+            with open(manifest_path, "rb") as f:
+                files = json.loads(f.read(1 << 16))["files"]
+            if sorted(files) != sorted(_BLOCK_FILES):
+                raise Damaged("its block manifest names other files")
+            for name in _BLOCK_FILES:
+                size, crc = files[name]
+                file = os.path.join(folder, name)
+                if os.stat(file).st_size != size or _crc_of(file, size) != crc:
+                    raise Damaged(f"{name} does not match its manifest")
+            offsets = np.load(os.path.join(folder, "blocks_offsets.npy"), allow_pickle=False)
+            firsts = np.load(os.path.join(folder, "blocks_firsts.npy"), allow_pickle=False)
+            if (offsets.ndim != 1 or firsts.shape != offsets.shape or len(offsets) < 1 or int(offsets[0]) != 0
+                    or int(offsets[-1]) != files["blocks.bin"][0] or np.any(np.diff(offsets) < 0)
+                    or np.any(np.diff(firsts) < 0)):
+                raise Damaged("its block tables do not describe its blocks")
+            if isinstance(source, ChromeJsonEvents):
+                source.adopt_blocks(os.path.join(folder, "blocks.bin"), offsets, firsts)
+        except (Damaged, OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("tb_reduce: the kept blocks of %s are damaged (%s); they are read from the trace again",
+                        os.path.basename(index.path), exc)
+            for name in (_BLOCKS, *_BLOCK_FILES):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+
+    def stage_blocks(self, blocks_path: str) -> Optional[str]:
+        """A hard link to a block store's temp file (which goes with its source), for
+        `keep_blocks` to move beside the index later; None if it cannot be made."""
+        staged = os.path.join(self.directory, f"{_TMP}blocks-{os.getpid()}-{threading.get_ident()}-"
+                                              f"{next(_staged)}")
+        try:
+            os.link(blocks_path, staged)
+        except OSError:
+            return None
+        return staged
+
+    def keep_blocks(self, path: str, identity: FileIdentity, staged: str, offsets: np.ndarray,
+                    firsts: np.ndarray) -> bool:
+        """Move the staged block store beside the stored index of this file version (if it
+        is stored and keeps none yet): the data first, its manifest last."""
+        folder = self._dir(index_digest(path, identity))
+        try:
+            if not os.path.isfile(os.path.join(folder, _MANIFEST)) or os.path.exists(os.path.join(folder, _BLOCKS)):
+                return False
+            size = os.stat(staged).st_size
+            if size != int(offsets[-1]):
+                return False
+            files = {"blocks.bin": [size, _crc_of(staged, size)],
+                     "blocks_offsets.npy": _write_array(folder, "blocks_offsets.npy", np.asarray(offsets, np.int64)),
+                     "blocks_firsts.npy": _write_array(folder, "blocks_firsts.npy", np.asarray(firsts, np.int64))}
+            os.rename(staged, os.path.join(folder, "blocks.bin"))
+            tmp = os.path.join(folder, f"{_BLOCKS}.{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                json.dump({"version": INDEX_VERSION, "files": files}, f)
+            os.rename(tmp, os.path.join(folder, _BLOCKS))
+        except (OSError, Damaged) as exc:
+            log.info("tb_reduce: the blocks of %s are not kept (%s)", os.path.basename(path), exc)
+            return False
+        finally:
+            try:
+                os.unlink(staged)
+            except OSError:
+                pass
+        self.evict()
+        return True
 
     def _hold(self, digest: str, index: TraceIndex) -> None:
         """Mark `digest` in use while `index` lives (never evicted meanwhile)."""
