@@ -63,6 +63,8 @@ class TraceIndex:
     # given back when the index is collected; `settle_memory` keeps it exact.
     account: Optional[Account] = field(default=None, repr=False)
     _base_bytes: Optional[int] = field(default=None, repr=False)
+    # The prepared fields handed to the index store so far (a server's `_settle_index`).
+    prepared_kept: frozenset = field(default=frozenset(), repr=False)
 
     @property
     def events(self) -> int:

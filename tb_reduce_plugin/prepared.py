@@ -67,6 +67,10 @@ class Prepared:
 
         return sum(size(getattr(self, f.name), 0) for f in fields(self))
 
+    def ready_fields(self) -> frozenset:
+        """The names of the fields computed so far."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
     def ready(self, name: str) -> bool:
         """Whether the field `name` has been computed."""
         if name not in _FIELDS:

@@ -424,11 +424,18 @@ class TraceService:
         return Reduction(body, dict(stats, cached=False), digest[:32])
 
     def _settle_index(self, idx: TraceIndex) -> None:
-        """The first plan prepared its state on the table: the index's charge becomes exact."""
+        """The first plan prepared its state on the table: the index's charge becomes exact,
+        and the state is kept beside the stored index (a restart plans at once)."""
         try:
             idx.settle_memory()
         except TraceError:
             pass  # it is already held; the estimate charged at parse time stands
+        store = self.store
+        if store is not None and idx.identity is not None and store.can_keep_prepared(idx):
+            ready = idx.prepared.ready_fields()
+            if not ready <= idx.prepared_kept:
+                idx.prepared_kept = idx.prepared_kept | ready
+                self._writes.put(functools.partial(store.save_prepared, idx))
 
     # ---- waveforms -----------------------------------------------------------------
     def waveforms(self, run: str, host: str) -> dict:

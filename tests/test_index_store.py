@@ -27,6 +27,7 @@ from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index.store import IndexStore, index_digest, indexed
 from tb_reduce_plugin.pipeline import index_file, reduce_index
 from tb_reduce_plugin.query.aggregate import aggregate
+from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduction import default_window
 from tb_reduce_plugin.service import TraceService
 from tb_reduce_plugin.sources import FileIdentity
@@ -71,19 +72,29 @@ def trace(tmp_path) -> Path:
 
 @pytest.mark.parametrize("path", chrome_traces(), ids=lambda p: p.name[:60])
 def test_a_reopened_index_reduces_every_corpus_trace_to_the_bytes_a_fresh_parse_gives(path, tmp_path):
+    """Reopened bare (the first plan prepares its state again) and reopened with the state
+    the first parse's plans and queries prepared, kept beside it: the same bytes either way."""
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
     parsed = index_file(path)
     assert store.save(parsed)
-    reopened = indexed(store, str(path))
-    assert reopened.extra.get("stored_index") is True
-    assert reopened.events == parsed.events
+    bare = indexed(store, str(path))
+    assert bare.extra.get("stored_index") is True and not bare.prepared.ready_fields()
+    assert bare.events == parsed.events
     lo, hi = default_window(parsed.table)
     inner = (lo + (hi - lo) * 0.3, lo + (hi - lo) * 0.4)
-    for level in (0, 2, 4, "auto"):
-        assert reduced(reopened, level) == reduced(parsed, level), level
-    assert reduced(reopened, 1, inner) == reduced(parsed, 1, inner)
-    assert aggregate(reopened.table, None, None) == aggregate(parsed.table, None, None)
-    assert derive(reopened.table).to_json() == derive(parsed.table).to_json()
+    views = [(level, (None, None)) for level in (0, 2, 4, "auto")] + [(1, inner)]
+    expected = [reduced(parsed, level, window) for level, window in views]
+    table = aggregate(parsed.table, None, None)
+    steps = derive(parsed.table).to_json()
+    hits = search(parsed.table, compile_query("a"), None, None)
+    assert store.save_prepared(parsed)
+    kept = indexed(store, str(path))
+    assert kept.prepared.ready_fields() == parsed.prepared.ready_fields()
+    for index in (bare, kept):
+        assert [reduced(index, level, window) for level, window in views] == expected
+        assert aggregate(index.table, None, None) == table
+        assert derive(index.table).to_json() == steps
+        assert search(index.table, compile_query("a"), None, None) == hits
 
 
 def test_the_columns_of_a_reopened_index_are_mapped_and_not_charged_as_the_processs_memory(tmp_path):
@@ -416,3 +427,90 @@ def test_damaged_kept_blocks_are_dropped_and_the_events_read_from_the_trace(gz_t
     assert (folder / "blocks.json").is_file()  # kept again by the pass that read the trace
     assert TraceService(str(logdir), cache_dir=str(cache)).on_index(
         second.trace_file("run", host), lambda i: i.source.has_store)
+
+
+def test_a_restarted_service_plans_with_the_prepared_state_the_first_one_kept(trace, tmp_path):
+    logdir, cache = trace.parent.parent, tmp_path / "cache"
+    first = TraceService(str(logdir), cache_dir=str(cache))
+    host = first.runs()[0]["hosts"][0]["host"]
+    first.reduction("run", host, 2, None, None)
+    first.search("run", host, "aten")
+    first.wait_saved()
+    made = first.warm_index(first.trace_file("run", host)).prepared.ready_fields()
+    assert {"slices", "static", "searchable"} <= made
+    second = TraceService(str(logdir), cache_dir=str(cache))
+    loaded = second.on_index(second.trace_file("run", host), lambda i: i.prepared.ready_fields())
+    assert loaded == made
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    lo, hi = fresh.on_index(fresh.trace_file("run", host), lambda i: default_window(i.table))
+    for level, window in ((3, (lo, (lo + hi) / 2)), (0, (None, None))):
+        assert _body(second.reduction("run", host, level, *window)) == _body(fresh.reduction("run", host, level,
+                                                                                           *window))
+    assert second.search("run", host, "aten") == fresh.search("run", host, "aten")
+
+
+def _rewrite_prepared(folder: Path, change) -> None:
+    manifest = json.loads((folder / "prepared.json").read_text())
+    change(manifest, folder)
+    (folder / "prepared.json").write_text(json.dumps(manifest))
+
+
+def _resum(manifest: dict, folder: Path, name: str) -> None:
+    data = (folder / name).read_bytes()
+    manifest["files"][name] = [len(data), store_module.isal_zlib.crc32(data)]
+
+
+def _slices_past_the_table(manifest: dict, folder: Path) -> None:
+    """Consistent checksums, a slice naming an event past the table."""
+    name = f"p{manifest['gen']}_{manifest['spec']['slices']['f']['event']['a']}.npy"
+    a = np.load(folder / name)
+    a[-1] = 10 ** 9
+    np.save(folder / name, a)
+    _resum(manifest, folder, name)
+
+
+def _unknown_kind(manifest: dict, folder: Path) -> None:
+    manifest["spec"]["slices"]["d"] = "Popen"
+
+
+def _a_path_for_a_file(manifest: dict, folder: Path) -> None:
+    manifest["files"]["../../x.npy"] = [1, 1]
+
+
+def _flipped_array(manifest: dict, folder: Path) -> None:
+    name = sorted(manifest["files"])[0]
+    data = bytearray((folder / name).read_bytes())
+    data[-1] ^= 0x10
+    (folder / name).write_bytes(bytes(data))
+
+
+def _offsets_that_do_not_fit(manifest: dict, folder: Path) -> None:
+    segs = manifest["spec"]["flow_binding"]["f"]["segments"]
+    field = next(f for f in segs["f"].values() if "at" in f)
+    name = f"p{manifest['gen']}_{field['at']}.npy"
+    a = np.load(folder / name)
+    a[-1] += 5
+    np.save(folder / name, a)
+    _resum(manifest, folder, name)
+
+
+@pytest.mark.parametrize("damage", [_slices_past_the_table, _unknown_kind, _a_path_for_a_file, _flipped_array,
+                                    _offsets_that_do_not_fit], ids=lambda f: f.__name__.strip("_"))
+def test_damaged_prepared_state_is_dropped_and_prepared_again(tmp_path, damage, caplog):
+    require_corpus()
+    path = next(p for p in chrome_traces() if "flow" in p.name)  # catapult's flows: a flow binding is kept
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = index_file(path)
+    store.save(parsed)
+    expected = reduced(parsed, 2)
+    assert parsed.prepared.flow_binding is not None and parsed.prepared.flow_binding.segments
+    assert store.save_prepared(parsed)
+    folder = stored_folder(store, path)
+    _rewrite_prepared(folder, damage)
+    reopened = indexed(store, str(path))
+    assert reopened.extra.get("stored_index") and not reopened.prepared.ready_fields()
+    assert "prepared state" in caplog.text and not (folder / "prepared.json").exists()
+    assert not (tmp_path / "x.npy").exists()
+    assert reduced(reopened, 2) == expected
+    assert store.save_prepared(reopened)  # kept again, whole
+    assert indexed(store, str(path)).prepared.ready_fields() == reopened.prepared.ready_fields()

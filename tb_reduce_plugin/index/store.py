@@ -38,6 +38,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -55,7 +56,9 @@ from ..chrome_json import ChromeJsonEvents, EventPositions
 from ..errors import TraceError
 from ..model import EventTable
 from ..pipeline import TraceIndex, index_file
+from ..prepared import Prepared
 from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity
+from . import prepared_io
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ POSITION_COLUMNS = ("starts", "lengths")
 MAP_AT_LEAST = 1 << 16
 _CHUNK = 8 << 20
 _MANIFEST = "manifest.json"
+_PREPARED = "prepared.json"  # the manifest of the kept prepared state, written after its arrays
 _BLOCKS = "blocks.json"  # the manifest of a kept block store, written after its files
 _BLOCK_FILES = ("blocks.bin", "blocks_offsets.npy", "blocks_firsts.npy")
 _staged = itertools.count()
@@ -201,6 +205,7 @@ class IndexStore:
             self._remove(digest)
             return None
         self._adopt_blocks(folder, index)
+        index.prepared_kept = index.prepared.ready_fields()
         index.seconds = time.perf_counter() - began
         self._hold(digest, index)
         try:
@@ -241,6 +246,7 @@ class IndexStore:
             process_names=dict(map(tuple, strings["process_names"])),
             thread_names=dict(map(tuple, strings["thread_names"])), **cols)
         _check_ids(table)
+        table.prepared = self._prepared(folder, n)
         positions = None
         if strings["positions"] is not None:
             starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
@@ -256,6 +262,100 @@ class IndexStore:
                           truncated=strings["truncated"], file_bytes=strings["file_bytes"],
                           json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
                           identity=identity)
+
+    # ---- the prepared state kept beside an index --------------------------------------
+    # What every plan shares (`prepared.Prepared`: the slice table, its orders, the flow
+    # binding, name ranks; the queries' parents and search order) is prepared by the first
+    # plan of a table; kept here, a restarted server's first window plans at once.
+    def _prepared(self, folder: str, events: int) -> Optional[Prepared]:
+        """The prepared state kept in `folder`, checked, or None (damaged state is dropped)."""
+        manifest_path = os.path.join(folder, _PREPARED)
+        if not os.path.exists(manifest_path):
+            return None
+        try:
+            with open(manifest_path, "rb") as f:
+                manifest = json.loads(f.read(16 << 20))
+            gen, files = int(manifest["gen"]), manifest["files"]
+            for name, (size, crc) in files.items():
+                if not re.fullmatch(rf"p{gen}_a\d+\.npy", name):
+                    raise Damaged(f"its prepared manifest names {name!r}")
+                file = os.path.join(folder, name)
+                if os.stat(file).st_size != size or _crc_of(file, size) != crc:
+                    raise Damaged(f"{name} does not match its manifest")
+
+            def array(name: str) -> np.ndarray:
+                file = f"p{gen}_{name}.npy"
+                if file not in files:
+                    raise Damaged(f"the prepared state names {name!r}, not in its manifest")
+                return _column(folder, file[:-4], files)
+
+            prepared = prepared_io.decode(manifest["spec"], array)
+            _check_prepared(prepared, events)
+            return prepared
+        except (Damaged, OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            log.warning("tb_reduce: the prepared state kept in %s is damaged (%s); plans prepare it again",
+                        os.path.basename(folder), exc)
+            self._drop_prepared(folder)
+            return None
+
+    @staticmethod
+    def _drop_prepared(folder: str, keep: Optional[set] = None) -> None:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            if (name == _PREPARED and keep is None) or (re.fullmatch(r"p\d+_a\d+\.npy", name)
+                                                         and (keep is None or name not in keep)):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+
+    def can_keep_prepared(self, index: TraceIndex) -> bool:
+        """Whether the prepared state of `index` can be kept: its index is (or will be) stored."""
+        return self.usable and (self.can_save(index) or bool(index.extra.get("stored_index")))
+
+    def save_prepared(self, index: TraceIndex) -> bool:
+        """Keep beside the stored index what plans and queries have prepared on its table so
+        far, if that is more than is kept already; True once written."""
+        if index.identity is None:
+            return False
+        folder = self._dir(index_digest(index.path, index.identity))
+        manifest_path = os.path.join(folder, _PREPARED)
+        if not os.path.isfile(os.path.join(folder, _MANIFEST)):
+            return False
+        spec, arrays = prepared_io.encode(index.prepared)
+        if not spec:
+            return False
+        gen = 0
+        try:
+            with open(manifest_path, "rb") as f:
+                old = json.loads(f.read(16 << 20))
+            if set(spec) <= set(old["spec"]):
+                return False
+            gen = int(old["gen"]) + 1
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        files: dict[str, list[int]] = {}
+        try:
+            for name, a in arrays.items():
+                files[f"p{gen}_{name}.npy"] = _write_array(folder, f"p{gen}_{name}.npy", a)
+            tmp = os.path.join(folder, f"{_PREPARED}.{os.getpid()}-{threading.get_ident()}.tmp")
+            with open(tmp, "w") as f:
+                json.dump({"version": INDEX_VERSION, "gen": gen, "spec": spec, "files": files}, f)
+            os.rename(tmp, manifest_path)
+        except OSError as exc:
+            for name in files:
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+            log.info("tb_reduce: the prepared state of %s is not kept (%s)", os.path.basename(index.path), exc)
+            return False
+        self._drop_prepared(folder, keep=set(files))  # the generation before (a mapping keeps its pages)
+        self.evict()
+        return True
 
     # ---- the block store kept beside an index -----------------------------------------
     # A Chrome trace's events are read back (for a window's args, an event's details) from
@@ -617,6 +717,26 @@ def _column(folder: str, column: str, files: dict) -> np.ndarray:
     if a.ndim != 1:
         raise Damaged(f"{name} is not one column")
     return a
+
+
+def _check_prepared(p: Prepared, events: int) -> None:
+    """What the kept state says of events and slices fits this table: a plan indexes the
+    columns with it, so an index past them is refused here, not met there."""
+    sl = p.slices
+    if sl is not None:
+        n = len(sl.start)
+        for name in ("end", "dur", "track", "name", "event", "partner"):
+            if len(getattr(sl, name)) != n:
+                raise Damaged(f"the kept slices' {name} holds {len(getattr(sl, name))} rows, not {n}")
+        for col in (sl.event, sl.partner, sl.unpaired):
+            if len(col) and (int(col.max()) >= events or int(col.min()) < -1):
+                raise Damaged("the kept slices name events past the table")
+    st = p.static
+    if st is not None:
+        if len(st.has_ts) != events or len(st.always) != events or len(st.handled) != events:
+            raise Damaged("the kept masks are not one row per event")
+        if sl is not None and len(st.slice_order) != len(sl.start):
+            raise Damaged("the kept slice order is not one row per slice")
 
 
 def _check_ids(t: EventTable) -> None:
