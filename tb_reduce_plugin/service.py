@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 import traceback
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -305,7 +306,7 @@ class TraceService:
         if store is None:
             return
         if store.can_save(idx):
-            self._writes.put(functools.partial(store.save, idx))
+            self._writes.put_for(idx, store.save)
         self._keep_blocks_of(idx)
 
     def _keep_blocks_of(self, idx: TraceIndex) -> None:
@@ -435,7 +436,7 @@ class TraceService:
             ready = idx.prepared.ready_fields()
             if not ready <= idx.prepared_kept:
                 idx.prepared_kept = idx.prepared_kept | ready
-                self._writes.put(functools.partial(store.save_prepared, idx))
+                self._writes.put_for(idx, store.save_prepared)
 
     # ---- waveforms -----------------------------------------------------------------
     def waveforms(self, run: str, host: str) -> dict:
@@ -738,6 +739,18 @@ class _Writer:
                 self._thread = threading.Thread(target=self._run, name="tb-reduce-index-writer", daemon=True)
                 self._thread.start()
         self._queue.put(job)
+
+    def put_for(self, index: TraceIndex, write: Callable[[TraceIndex], Any]) -> None:
+        """`write(index)` in turn, holding the index only weakly until then: a queued write
+        never keeps an index the budget has let go (it is then not written: a later parse is)."""
+        ref = weakref.ref(index)
+
+        def job() -> None:
+            found = ref()
+            if found is not None:
+                write(found)
+
+        self.put(job)
 
     def wait(self, timeout: Optional[float] = None) -> None:
         done = threading.Event()

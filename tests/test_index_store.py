@@ -514,3 +514,45 @@ def test_damaged_prepared_state_is_dropped_and_prepared_again(tmp_path, damage, 
     assert reduced(reopened, 2) == expected
     assert store.save_prepared(reopened)  # kept again, whole
     assert indexed(store, str(path)).prepared.ready_fields() == reopened.prepared.ready_fields()
+
+
+def test_worker_processes_of_a_merged_view_store_and_reopen_the_hosts_indexes(tmp_path):
+    """`--tb_reduce_workers=local:2`: the workers store each host's index in the server's
+    store, and after a restart reopen it (each reopening touches its manifest) for the
+    same bytes."""
+    from multihost_support import write_many_hosts
+    from plugin_support import client, get, make_plugin
+
+    write_many_hosts(tmp_path / "logs" / "job", 4)
+    cache = tmp_path / "cache"
+    first = make_plugin(tmp_path / "logs", cache, "--tb_reduce_workers=local:2")
+    a = get(client(first), "trace", run="job", hosts="*", level=2)
+    assert a.status_code == 200, a.get_data()[:300]
+    first.service.merged.executor.close()
+    manifests = list((cache / "index").glob("*/manifest.json"))
+    assert len(manifests) == 4
+    for m in manifests:
+        os.utime(m, (1, 1))
+    lo, hi = json.loads(gzip.decompress(a.get_data()) if a.get_data()[:2] == b"\x1f\x8b"
+                        else a.get_data())["tb_reduce"]["trace_us"]
+    window = dict(run="job", hosts="*", level=3, start_us=lo + 0.2 * (hi - lo), end_us=lo + 0.7 * (hi - lo))
+    second = make_plugin(tmp_path / "logs", cache, "--tb_reduce_workers=local:2")
+    b = get(client(second), "trace", **window)  # never asked: computed by the workers
+    second.service.merged.executor.close()
+    assert b.status_code == 200
+    assert all(m.stat().st_mtime > 1 for m in manifests)
+    here = make_plugin(tmp_path / "logs", tmp_path / "fresh", "--tb_reduce_workers=local:0")
+    assert get(client(here), "trace", **window).get_data() == b.get_data()
+
+
+def test_a_workers_task_reopens_the_stored_index_instead_of_parsing(trace, tmp_path, monkeypatch):
+    from tb_reduce_plugin.multihost import tasks
+
+    store = IndexStore(str(tmp_path / "cache" / "index"), 1 << 34)
+    store.save(index_file(trace))
+    st = os.stat(trace)
+    task = tasks.HostTask(str(trace), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), memory_bytes=1 << 30,
+                          index_dir=store.directory)
+    monkeypatch.setattr(tasks, "index_file", lambda *a, **k: pytest.fail("parsed again"))
+    monkeypatch.setattr(store_module, "index_file", lambda *a, **k: pytest.fail("parsed again"))
+    assert tasks._index(task).extra.get("stored_index")

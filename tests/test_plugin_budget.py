@@ -55,7 +55,9 @@ def test_after_requests_only_the_parsed_indexes_stay_charged_and_reclaiming_free
     gc.collect()
     budget = plugin.service.budget
     assert budget.used == held_by_indexes(plugin) > 0
-    # An index is no reference cycle: once no request uses it, the cache can let it go.
+    # An index is no reference cycle: once no request uses it (nor the index store's writer,
+    # which holds one only while it writes it), the cache can let it go.
+    plugin.service.wait_saved()
     plugin.service.indexes.reclaim(budget.limit)
     gc.collect()
     assert len(plugin.service.indexes) == 0 and budget.used == 0

@@ -662,10 +662,12 @@ def indexed(store: Optional[IndexStore], path: str, *, account: Optional[Account
     (`pipeline.index_file` with `options`) and stored for the next time (the CLI's
     `--cache-dir`; a server saves beside its requests instead)."""
     if store is not None:
-        try:
-            identity = FileIdentity.from_stat(os.stat(path))
-        except OSError:
-            identity = None  # index_file says what is wrong with it
+        identity = options.get("expect")  # the version a listing saw: its index, or a parse that checks it
+        if identity is None:
+            try:
+                identity = FileIdentity.from_stat(os.stat(path))
+            except OSError:
+                identity = None  # index_file says what is wrong with it
         if identity is not None:
             found = store.load(path, identity,
                                max_inflated_bytes=options.get("max_inflated_bytes", DEFAULT_MAX_INFLATED_BYTES),

@@ -33,6 +33,7 @@ from .. import FORMAT_VERSION, __version__
 from ..budget import MB, MemoryBudget
 from ..cache import IndexCache
 from ..errors import ObjectStoreError, TraceError
+from ..index.store import IndexStore, default_index_bytes, indexed
 from ..pipeline import TraceIndex, index_file, reduce_index
 from ..reduction import default_window
 from ..sources import FileIdentity
@@ -57,6 +58,7 @@ class HostTask:
     max_input_bytes: int = 4096 * MB
     stage_dir: Optional[str] = None  # where an object-store file is copied to be read
     version: str = CODE_VERSION
+    index_dir: Optional[str] = None  # the server's index store: a worker reopens what is stored there
 
 
 @dataclass
@@ -128,8 +130,11 @@ def _index(task: HostTask) -> TraceIndex:
     path, expect = _local_file(task)
     account = state.budget.account(f"reading {os.path.basename(task.path)}")
     try:
-        idx = index_file(path, max_inflated_bytes=max(task.max_input_bytes * 64, 1 << 30), expect=expect,
-                         max_file_bytes=task.max_input_bytes, account=account)
+        options = dict(max_inflated_bytes=max(task.max_input_bytes * 64, 1 << 30), expect=expect,
+                       max_file_bytes=task.max_input_bytes)
+        store = _store(task.index_dir)
+        idx = (indexed(store, path, account=account, **options) if store is not None and expect is not None
+               else index_file(path, account=account, **options))
         account.settle(idx.memory_bytes(), "the parsed trace")
     except BaseException:
         account.close()
@@ -138,6 +143,21 @@ def _index(task: HostTask) -> TraceIndex:
     idx.account = account
     state.indexes.put(key, idx)
     return idx
+
+
+_stores: dict[str, Optional[IndexStore]] = {}
+
+
+def _store(directory: Optional[str]) -> Optional[IndexStore]:
+    """The index store at `directory` (the server's), opened once per worker process; None
+    where it cannot be used here (a Dask worker on another machine, say)."""
+    if not directory:
+        return None
+    with _state_lock:
+        if directory not in _stores:
+            store = IndexStore(directory, default_index_bytes(directory))
+            _stores[directory] = store if store.usable else None
+        return _stores[directory]
 
 
 def _check_version(task: HostTask) -> Optional[str]:

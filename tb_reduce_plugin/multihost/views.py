@@ -178,8 +178,10 @@ class MergedViews:
     def _task(self, tf: Any, level: Any = 2, lo: Optional[float] = None, hi: Optional[float] = None,
               drop_args: bool = False, share: Optional[int] = None) -> HostTask:
         svc = self.service
+        store = getattr(svc, "store", None)
         return HostTask(tf.path, (tf.dev, tf.ino, tf.bytes, tf.mtime_ns), level, lo, hi, drop_args, share,
-                        self.worker_memory_bytes, svc.max_input_bytes, getattr(svc, "stage_dir", None))
+                        self.worker_memory_bytes, svc.max_input_bytes, getattr(svc, "stage_dir", None),
+                        index_dir=store.directory if store is not None else None)
 
     def _clock_here(self, tf: Any) -> HostClock:
         def read(idx: Any) -> HostClock:
