@@ -133,7 +133,8 @@ class ChromeJsonReader:
                 break
             # Keep one byte before the cursor: `_decode_block` writes "[" there.
             keep = max(self._pos - 1, 0)
-            self._charge_buffer(2 * (len(self._buf) - keep + len(chunk)))
+            # (and the block a gzip stream inflates ahead meanwhile: `TraceStream.ahead_bytes`)
+            self._charge_buffer(2 * (len(self._buf) - keep + len(chunk)) + getattr(self._stream, "ahead_bytes", 0))
             buf = bytearray(memoryview(self._buf)[keep:])
             buf += chunk
             self._buf = buf

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import stat
+import threading
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Optional
@@ -171,6 +173,92 @@ class BoundedReader(io.RawIOBase):
         return n or 0
 
 
+# Inflate the next blocks of a gzip on a thread of their own while the caller works on the
+# current one (TB_REDUCE_INFLATE_AHEAD=0 turns it off, for side-by-side benchmarks).
+INFLATE_AHEAD = os.environ.get("TB_REDUCE_INFLATE_AHEAD", "1") != "0"
+AHEAD_BYTES = READ_SIZE  # what inflating ahead holds besides the reader's own block, at most
+
+
+class _InflateAhead:
+    """A thread that reads a decompressing stream ahead of its consumer, block by block.
+
+    The same limits as reading in place: it never asks for more than one byte past
+    `allowed` (what may still be inflated), so a bomb is inflated no further than it
+    would be without it; it stops at the end, at an error (handed over in order, raised
+    by the consumer's `read`) and when `stop()` is called (then joined, so nothing reads
+    the file once its stream is closed). Memory: one block ahead, never more (`AHEAD_BYTES`):
+    a block is handed over, and only once the consumer has taken it is the next one
+    inflated, while the consumer works on the one it took.
+    """
+
+    def __init__(self, inner: BinaryIO, allowed: int) -> None:
+        self._inner = inner
+        self._allowed = allowed
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._stopping = threading.Event()
+        self._taken = threading.Event()
+        self._pending = b""
+        self._done: Optional[BaseException | bytes] = None  # b"" at the end, or the error
+        self._thread = threading.Thread(target=self._run, name="tb-reduce-inflate", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        inflated = 0
+        try:
+            while not self._stopping.is_set():
+                data = self._inner.read(min(READ_SIZE, max(self._allowed - inflated, 0) + 1))
+                if not data:
+                    break
+                inflated += len(data)
+                if not self._put(data):
+                    return
+                if inflated > self._allowed:  # the consumer raises on these bytes: read no further
+                    break
+            self._put(b"")  # the end, for a consumer that asks again
+        except BaseException as exc:  # handed to the consumer, who raises it as the read did
+            self._put(exc)
+
+    def _put(self, item: BaseException | bytes) -> bool:
+        """Hand `item` over and wait until it is taken (or the stream stops)."""
+        while not self._stopping.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        while not self._stopping.is_set() and not self._queue.empty():
+            self._taken.wait(0.05)
+            self._taken.clear()
+        return not self._stopping.is_set()
+
+    def read(self, size: int) -> bytes:
+        if not self._pending:
+            if self._done is not None:
+                if isinstance(self._done, BaseException):
+                    raise self._done
+                return b""
+            item = self._queue.get()
+            self._taken.set()
+            if isinstance(item, BaseException) or not item:
+                self._done = item
+                return self.read(size)
+            self._pending = item
+        if size >= len(self._pending):
+            data, self._pending = self._pending, b""
+        else:
+            data, self._pending = self._pending[:size], self._pending[size:]
+        return data
+
+    def stop(self) -> None:
+        self._stopping.set()
+        while True:  # a thread waiting to hand over a block sees the stop at its next try
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
+
+
 class TraceStream:
     """A file's decompressed bytes, read in blocks of at most `READ_SIZE`.
 
@@ -230,6 +318,12 @@ class TraceStream:
         self.inflation_limit = min(max_inflated_bytes, self.ratio_limit or max_inflated_bytes)
         self.inflated = 0
         self._head: bytes | None = None
+        self._ahead: Optional[_InflateAhead] = None
+
+    @property
+    def ahead_bytes(self) -> int:
+        """What this stream may hold inflated ahead of its reader (its reader charges it)."""
+        return AHEAD_BYTES if self.compressed and INFLATE_AHEAD else 0
 
     def peek(self, size: int) -> bytes:
         """The first bytes of the decompressed stream, without consuming them."""
@@ -244,6 +338,10 @@ class TraceStream:
         stays bounded by one block, and the limits are checked every block.
         """
         size = READ_SIZE if size < 0 else min(size, READ_SIZE)
+        if self._ahead is None and self.compressed and INFLATE_AHEAD:
+            # From the first read on, a thread inflates the next blocks while the caller
+            # works on this one (ISA-L and the native scanner both run without the GIL).
+            self._ahead = _InflateAhead(self._inner, self.inflation_limit - self.inflated)
         if self._head:
             head, self._head = self._head, b""
             return head + self._read_raw(max(0, size - len(head)))
@@ -254,7 +352,7 @@ class TraceStream:
         # without inflating the excess.
         size = min(size, max(self.inflation_limit - self.inflated, 0) + 1)
         try:
-            data = self._inner.read(size)
+            data = self._inner.read(size) if self._ahead is None else self._ahead.read(size)
         except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
             kind = "corrupt or truncated gzip" if self.compressed else "read error"
             raise TraceError(f"{kind} in {self.name}: {exc}") from None
@@ -277,6 +375,8 @@ class TraceStream:
         )
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.stop()  # before the file goes: the thread may be reading it
         self._file.close()
 
     def __enter__(self) -> TraceStream:

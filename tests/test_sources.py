@@ -17,10 +17,11 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tb_reduce_plugin import cli
+from tb_reduce_plugin import cli, sources
 from tb_reduce_plugin.errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError
 from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.sources import (
+    AHEAD_BYTES,
     DEFAULT_MAX_RATIO,
     DEFAULT_RATIO_FLOOR,
     READ_SIZE,
@@ -338,7 +339,8 @@ def test_a_gzip_bomb_is_refused_by_ratio_as_soon_as_it_crosses_it_in_bounded_mem
         tracemalloc.stop()
     limit = int(DEFAULT_MAX_RATIO * size)
     assert s.inflated == limit + 1  # refused at the first byte past the limit, nothing inflated beyond
-    assert peak < 2 * READ_SIZE, f"{peak:,} bytes held while inflating"
+    # the block read, and the one inflated ahead of it meanwhile (`TraceStream.ahead_bytes`)
+    assert peak < 2 * READ_SIZE + AHEAD_BYTES, f"{peak:,} bytes held while inflating"
     message = str(err.value)
     assert "bomb.json.gz" in message and f"more than {DEFAULT_MAX_RATIO:g}x its size" in message
     assert err.value.limit == limit and isinstance(err.value, TraceError)
@@ -446,3 +448,68 @@ def test_the_cli_refuses_a_gzip_bomb_with_exit_2(tmp_path: Path, capsys: pytest.
     gzip_bomb(bomb, head=b'[{"ph": "X", "name": "', fill=b" ")
     code, err = run_cli(["reduce", str(bomb), "-o", str(tmp_path / "out.json.gz")], capsys)
     assert code == 2 and "bomb.json.gz inflates to more than 100x its size" in err and err.count("\n") == 1
+
+
+# ---- inflating ahead ---------------------------------------------------------------------
+
+
+def _inflate_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "tb-reduce-inflate"]
+
+
+@pytest.fixture()
+def multi_block_gzip(tmp_path: Path) -> tuple[Path, bytes]:
+    """~40 MB of varied JSON text as gzip: several READ_SIZE blocks."""
+    text = json.dumps({"traceEvents": events(440_000)}).encode()
+    assert len(text) > 2 * READ_SIZE
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text, 1))
+    return path, text
+
+
+@pytest.mark.parametrize("sizes", [[READ_SIZE], [7, 1, READ_SIZE, 100_000, READ_SIZE // 3]])
+def test_inflating_ahead_gives_the_bytes_reading_in_place_gives_for_any_read_sizes(multi_block_gzip, monkeypatch,
+                                                                                   sizes):
+    path, text = multi_block_gzip
+    got = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(sources, "INFLATE_AHEAD", ahead)
+        out, i = [], 0
+        with TraceStream(path) as s:
+            assert s.peek(2) == text[:2]
+            while chunk := s.read(sizes[i % len(sizes)]):
+                assert len(chunk) <= sizes[i % len(sizes)]
+                out.append(chunk)
+                i += 1
+            assert s.read() == b"" and s.inflated == len(text)
+        got[ahead] = b"".join(out)
+    assert got[False] == got[True] == text
+    assert not _inflate_threads()
+
+
+def test_a_corrupt_gzip_is_refused_with_the_same_message_whether_inflated_ahead_or_not(multi_block_gzip, tmp_path,
+                                                                                       monkeypatch):
+    path, _ = multi_block_gzip
+    data = bytearray(path.read_bytes())
+    data[len(data) * 2 // 3: len(data) * 2 // 3 + 64] = b"\xff" * 64
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(bytes(data))
+    messages = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(sources, "INFLATE_AHEAD", ahead)
+        with TraceStream(bad) as s, pytest.raises(TraceError) as err:
+            drain(s)
+        messages[ahead] = (str(err.value), s.inflated)
+    assert messages[False] == messages[True]
+    assert "corrupt or truncated gzip in bad.json.gz" in messages[True][0]
+    assert not _inflate_threads()
+
+
+def test_a_stream_closed_after_one_block_stops_and_joins_its_inflating_thread(multi_block_gzip):
+    path, text = multi_block_gzip
+    with TraceStream(path) as s:
+        assert s.read() == text[:READ_SIZE]
+        assert _inflate_threads()  # it is inflating the next block meanwhile
+    assert not _inflate_threads()
