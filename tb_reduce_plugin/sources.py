@@ -177,6 +177,8 @@ class BoundedReader(io.RawIOBase):
 # current one (TB_REDUCE_INFLATE_AHEAD=0 turns it off, for side-by-side benchmarks).
 INFLATE_AHEAD = os.environ.get("TB_REDUCE_INFLATE_AHEAD", "1") != "0"
 AHEAD_BYTES = READ_SIZE  # what inflating ahead holds besides the reader's own block, at most
+# A gzip smaller than this inflates to a few blocks at most: no thread, and no block charged for it.
+AHEAD_MIN_FILE_BYTES = 1 << 20
 
 
 class _InflateAhead:
@@ -323,7 +325,10 @@ class TraceStream:
     @property
     def ahead_bytes(self) -> int:
         """What this stream may hold inflated ahead of its reader (its reader charges it)."""
-        return AHEAD_BYTES if self.compressed and INFLATE_AHEAD else 0
+        return AHEAD_BYTES if self._inflates_ahead() else 0
+
+    def _inflates_ahead(self) -> bool:
+        return self.compressed and INFLATE_AHEAD and self.file_bytes >= AHEAD_MIN_FILE_BYTES
 
     def peek(self, size: int) -> bytes:
         """The first bytes of the decompressed stream, without consuming them."""
@@ -338,7 +343,7 @@ class TraceStream:
         stays bounded by one block, and the limits are checked every block.
         """
         size = READ_SIZE if size < 0 else min(size, READ_SIZE)
-        if self._ahead is None and self.compressed and INFLATE_AHEAD:
+        if self._ahead is None and self._inflates_ahead():
             # From the first read on, a thread inflates the next blocks while the caller
             # works on this one (ISA-L and the native scanner both run without the GIL).
             self._ahead = _InflateAhead(self._inner, self.inflation_limit - self.inflated)
