@@ -572,10 +572,11 @@ class Dashboard {
         this.setProgress(1);
       },
     });
-    this.inflight = {seq, job, controller, window, level, key, resolution};
+    this.inflight = {seq, job, controller, window, level, key, resolution, receiving: false};
     this.timelineBox.dataset.loading = '1';
     this.setStatus(`Reducing ${this.multi() ? `${formatCount(this.sel.hosts.length)} hosts` : this.sel.host} at level ${level} on the server…`);
     this.setProgress(0);
+    if (!this.multi()) this.watchProgress(seq, this.sel.run, this.sel.host, level, controller.signal);
     this.pendingStats = null;
     getJson('stats', params, controller.signal).then((stats) => {
       if (seq !== this.seq) return;
@@ -584,6 +585,32 @@ class Dashboard {
     }).catch(() => {}); // the trace request reports failures
     return job.promise.then((model) => this.loaded(seq, model, window, level, key, started, resolution),
       (err) => this.failed(seq, err));
+  }
+
+  /**
+   * Until the first byte of a view arrives, say what the server is doing for it (`progress`
+   * route, every 400 ms): a first open of a big trace parses the whole file, which takes
+   * seconds; the line says how much of the file is read, of how much, and how fast.
+   */
+  watchProgress(seq, run, host, level, signal) {
+    const waiting = () => seq === this.seq && this.inflight && this.inflight.seq === seq && !this.inflight.receiving;
+    const tick = () => {
+      if (!waiting()) return;
+      getJson('progress', {run, host}, signal).then((p) => {
+        if (!waiting()) return;
+        if (p.stage === 'reading' && p.total > 0) {
+          this.setStatus(`Reading ${host} on the server: ${formatBytes(p.done)} of ${formatBytes(p.total)}` +
+            `${p.bytes_per_s > 0 ? ` at ${formatBytes(p.bytes_per_s)}/s` : ''} (${formatSeconds(p.seconds)})…`);
+          this.setProgress(Math.min(1, p.done / p.total));
+        } else if (p.stage === 'reducing') {
+          this.setStatus(`Reducing ${host} at level ${level} on the server (${formatSeconds(p.seconds)})…`);
+        }
+        setTimeout(tick, 400);
+      }, () => {
+        if (waiting()) setTimeout(tick, 1000); // a passing failure: the view's own request reports real ones
+      });
+    };
+    setTimeout(tick, 250);
   }
 
   /** The screen's bucket count: the timeline canvas's CSS width × devicePixelRatio, clamped (policy.js). */
@@ -603,6 +630,7 @@ class Dashboard {
 
   onProgress(seq, received, started) {
     if (seq !== this.seq) return;
+    if (this.inflight && this.inflight.seq === seq) this.inflight.receiving = true;
     const expected = this.pendingStats && this.pendingStats.output ? this.pendingStats.output.json_bytes : null;
     const secs = ((performance.now() - started) / 1000).toFixed(1);
     this.setStatus(expected ? `Receiving ${formatBytes(received)} of ${formatBytes(expected)} (${secs} s)…`

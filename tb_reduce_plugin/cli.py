@@ -37,28 +37,47 @@ def _human(n: float) -> str:
 
 
 class _Bar:
-    """A minimal progress bar on stderr, drawn only when stderr is a terminal."""
+    """A progress line on stderr, drawn only when stderr is a terminal: the stage (`reduce`
+    reads the file twice: to index it, then to write the kept events), a bar, and how much
+    of the file that stage has read, at what rate."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, stages: Sequence[str] = ("reading", "writing")) -> None:
         self.enabled = sys.stderr.isatty()
         self.label = label
+        self.stages = tuple(stages)
         self._last = 0.0
+        self._began = time.monotonic()
+        self._width = 0
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
         if not self.enabled or (now - self._last < 0.1 and done < total):
             return
         self._last = now
-        frac = min(1.0, done / total) if total else 1.0
-        width = 30
-        fill = int(frac * width)
-        sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {frac * 100:5.1f}%")
+        line = bar_line(self.label, self.stages, done, total, now - self._began)
+        self._width = max(self._width, len(line))
+        sys.stderr.write("\r" + line.ljust(self._width))
         sys.stderr.flush()
 
     def close(self) -> None:
         if self.enabled:
-            sys.stderr.write("\r" + " " * (len(self.label) + 42) + "\r")
+            sys.stderr.write("\r" + " " * self._width + "\r")
             sys.stderr.flush()
+
+
+def bar_line(label: str, stages: Sequence[str], done: int, total: int, seconds: float) -> str:
+    """`label stage [####......] 42.0% 41 MB of 98 MB, 35 MB/s`: `total` spans the stages in
+    equal parts (each a pass over the file); the bytes and the rate are the current stage's."""
+    frac = min(1.0, done / total) if total else 1.0
+    k = min(len(stages) - 1, int(frac * len(stages))) if stages else 0
+    part = total / max(len(stages), 1)
+    here = max(0.0, done - k * part)
+    width = 30
+    fill = int(frac * width)
+    rate = done / seconds if seconds > 0 else 0.0
+    stage = f" {stages[k]}" if stages else ""
+    return (f"{label}{stage} [{'#' * fill}{'.' * (width - fill)}] {frac * 100:5.1f}% "
+            f"{_human(here)} of {_human(part)}, {_human(rate)}/s")
 
 
 def _finite(value: Any) -> Any:

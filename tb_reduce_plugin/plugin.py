@@ -18,6 +18,9 @@ Routes, under `/data/plugin/tb_reduce/`:
   each host is one busy/idle lane but those named in `expand=a,b,…`; the per-host work runs
   where `--tb_reduce_workers` says (local processes by default, or a Dask cluster)
 - `event?run=&host=&i=` — one input event with its full args
+- `progress?run=&host=` — what the server is doing to that file now: `{"stage": "reading"
+  | "reducing" | "idle", "done", "total", "seconds", "bytes_per_s"}` (a viewer waiting on a
+  first open shows it)
 - `search?run=&host=&q=&re=&icase=&start_us=&end_us=&limit=&offset=` — events by name over
   the whole trace (folded ones too), in time order, a page at a time
 - `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
@@ -267,6 +270,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/trace": self._trace,
             "/stats": self._stats,
             "/event": self._event,
+            "/progress": self._progress,
             "/view": self._view,
             "/waveforms": self._waveforms,
             "/tags": self._tags,
@@ -383,6 +387,12 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             raise RequestError(400, f"parameter 'i' must be an event index, not {raw[:40]!r}")
         body = self.service.event(run, host, int(raw))
         return http_util.Respond(request, body, "application/json")
+
+    def _progress(self, request: wrappers.Request) -> wrappers.Response:
+        run = _text_param(request, "run")
+        host = _text_param(request, "host")
+        assert run is not None and host is not None
+        return _json(request, self.service.progress(run, host))
 
     def _waveforms(self, request: wrappers.Request) -> wrappers.Response:
         run = _text_param(request, "run")

@@ -134,6 +134,8 @@ class TraceService:
             store = IndexStore(index_dir, int(index_mb * MB) if index_mb else default_index_bytes(index_dir))
             self.store = store if store.usable else None
         self._writes = _Writer()
+        self._work: dict[tuple, _Work] = {}  # file version -> what is being done to it now (`progress`)
+        self._work_lock = threading.Lock()
         self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
         self.flight = SingleFlight()
         self._refusals: OrderedDict[tuple, tuple[type, str, dict]] = OrderedDict()  # index key -> why
@@ -274,8 +276,10 @@ class TraceService:
                 if idx is not None:
                     self._keep_blocks_of(idx)  # a stored index without kept blocks gets them now
                 else:
-                    idx = index_file(path, max_inflated_bytes=inflated, store_dir=self.store_dir, expect=expect,
-                                     max_file_bytes=self.max_input_bytes, account=account)
+                    with self._working(key, "reading", tf.bytes) as work:
+                        idx = index_file(path, max_inflated_bytes=inflated, store_dir=self.store_dir,
+                                         expect=expect, max_file_bytes=self.max_input_bytes, account=account,
+                                         progress=work.advance)
                     if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes,
                                                                                                   tf.mtime_ns):
                         raise FileChanged(f"{_name(tf)} changed since it was listed")
@@ -297,6 +301,29 @@ class TraceService:
             raise _named(exc, tf, "cannot read") from None
         except MemoryError:
             raise TraceError(f"{_name(tf)} is too large to read in this server's memory") from None
+
+    # ---- progress -----------------------------------------------------------------
+    @contextmanager
+    def _working(self, key: tuple, stage: str, total: int) -> Iterator[_Work]:
+        """Say what is being done to a file version while it is done (`progress`)."""
+        work = _Work(stage, total)
+        with self._work_lock:
+            self._work[key] = work
+        try:
+            yield work
+        finally:
+            with self._work_lock:
+                if self._work.get(key) is work:
+                    del self._work[key]
+
+    def progress(self, run: str, host: str) -> dict:
+        """What the server is doing to (run, host) now, for a viewer waiting on it: `stage`
+        (reading: the file parsed, `done` of `total` bytes of it; reducing: a window planned
+        and written; idle), how long so far and the rate. Cheap: no slot, no parse."""
+        tf = self.trace_file(run, host)
+        with self._work_lock:
+            work = self._work.get(self._index_key(tf))
+            return {"stage": "idle"} if work is None else work.as_dict()
 
     def _save_index(self, idx: TraceIndex) -> None:
         """Write `idx` into the index store beside the requests, not in their way (the view
@@ -406,8 +433,10 @@ class TraceService:
             idx = self._index(tf)
             spool = self.disk.spool(digest, self.budget)
             try:
-                stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
-                                     drop_args=drop_args, account=account, resolution=resolution)
+                with self._working(self._index_key(tf), "reducing", 0) as work:
+                    stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
+                                         drop_args=drop_args, account=account, resolution=resolution,
+                                         progress=work.advance)
                 stats["timings_s"]["request"] = time.perf_counter() - began
                 stats["input"]["file"] = _name(tf)
                 body = spool.finish(json.dumps(stats, separators=(",", ":")).encode())
@@ -721,6 +750,25 @@ class TraceService:
         except FileChanged as exc:
             tf = self._fresh(run, host, tf, exc)
             return self.on_index(tf, charged(tf))
+
+
+class _Work:
+    """One stage of work on a file version: how far it is (bytes of the file read, or of
+    the window's input), set by the worker's progress callback (any thread)."""
+
+    def __init__(self, stage: str, total: int) -> None:
+        self.stage = stage
+        self.total = total
+        self.done = 0
+        self.began = time.monotonic()
+
+    def advance(self, done: int, total: int) -> None:
+        self.done, self.total = int(done), int(total)
+
+    def as_dict(self) -> dict:
+        seconds = time.monotonic() - self.began
+        return {"stage": self.stage, "done": self.done, "total": self.total, "seconds": round(seconds, 3),
+                "bytes_per_s": round(self.done / seconds) if seconds > 0 else 0}
 
 
 class _Writer:
