@@ -1,34 +1,25 @@
 """A progress line while a trace is ingested (issue 26, item 8): the CLI's line names the
 stage, the bytes of the file read of how many and the rate; the server's `progress` route
 says what it is doing to a file (reading: how far of how much; reducing; idle) while a
-first open parses it, and the dashboard shows it before the view's first byte arrives."""
+first open parses it (the dashboard showing it: test_ingest_progress_browser.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from dashboard_support import CHROMIUM, TensorBoardServer, save_shot, wait_loaded
 from plugin_support import assert_json_error, body_json, client, get, make_plugin
+from progress_support import make_big_logdir
 
 from tb_reduce_plugin.cli import bar_line
 from tb_reduce_plugin.service import TraceService
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def big_logdir(tmp_path_factory) -> Path:
-    """A 256 MiB (JSON) Kineto-style trace, gzip: a first open parses it for a second or more."""
-    logdir = tmp_path_factory.mktemp("progress") / "logs"
-    (logdir / "run").mkdir(parents=True)
-    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_kineto_trace.py"), "--size-mb", "256", "-o",
-                    str(logdir / "run" / "big.pt.trace.json.gz"), "-q"], check=True, timeout=600)
-    return logdir
+    return make_big_logdir(tmp_path_factory.mktemp("progress"))
 
 
 def test_the_cli_line_names_the_stage_the_bytes_read_of_how_many_and_the_rate():
@@ -66,27 +57,3 @@ def test_the_progress_route_answers_idle_and_404_for_what_is_not_listed(big_logd
     assert body_json(get(c, "progress", run="run", host="big")) == {"stage": "idle"}
     assert "no trace" in assert_json_error(get(c, "progress", run="run", host="../../etc/passwd"), 404)
     assert_json_error(get(c, "progress", run="run"), 400)
-
-
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent (CI installs it)")
-def test_the_dashboard_says_how_much_of_the_file_the_server_has_read_before_the_first_view(big_logdir, tmp_path,
-                                                                                          page):
-    server = TensorBoardServer(big_logdir, tmp_path / "cache")
-    try:
-        page.add_init_script("""
-          window.__statuses = [];
-          new MutationObserver(() => {
-            const s = document.querySelector('[data-testid=status]');
-            if (s && window.__statuses[window.__statuses.length - 1] !== s.textContent) window.__statuses.push(s.textContent);
-          }).observe(document, {subtree: true, childList: true, characterData: true});
-        """)
-        page.goto(server.plugin_url("view?run=run&host=big&level=2"))
-        wait_loaded(page, timeout=240000)
-        statuses = page.evaluate("() => window.__statuses")
-        reading = [s for s in statuses if s.startswith("Reading big on the server: ")]
-        assert reading, statuses
-        assert all(" of " in s and "/s" in s for s in reading), reading
-        assert statuses[-1].startswith("Level 2"), statuses[-1]
-        save_shot(page, "progress-loaded")
-    finally:
-        server.stop()
