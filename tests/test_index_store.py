@@ -556,3 +556,14 @@ def test_a_workers_task_reopens_the_stored_index_instead_of_parsing(trace, tmp_p
     monkeypatch.setattr(tasks, "index_file", lambda *a, **k: pytest.fail("parsed again"))
     monkeypatch.setattr(store_module, "index_file", lambda *a, **k: pytest.fail("parsed again"))
     assert tasks._index(task).extra.get("stored_index")
+
+
+def test_blocks_staged_by_a_live_process_are_not_taken_for_a_dead_builders(tmp_path):
+    store = IndexStore(str(tmp_path / "index"), 1 << 30)
+    (tmp_path / "index").mkdir()
+    blocks = tmp_path / "blocks.tmp"
+    blocks.write_bytes(b"x" * 100)
+    staged = store.stage_blocks(str(blocks))
+    assert staged is not None and os.path.exists(staged)
+    IndexStore(str(tmp_path / "index"), 1 << 30)  # another server starting over the same store
+    assert os.path.exists(staged)

@@ -397,8 +397,8 @@ class IndexStore:
     def stage_blocks(self, blocks_path: str) -> Optional[str]:
         """A hard link to a block store's temp file (which goes with its source), for
         `keep_blocks` to move beside the index later; None if it cannot be made."""
-        staged = os.path.join(self.directory, f"{_TMP}blocks-{os.getpid()}-{threading.get_ident()}-"
-                                              f"{next(_staged)}")
+        # ...-<pid>-<thread>, as every temp name here: `_builder_alive` reads the pid there
+        staged = os.path.join(self.directory, f"{_TMP}blocks-{next(_staged)}-{os.getpid()}-{threading.get_ident()}")
         try:
             os.link(blocks_path, staged)
         except OSError:
