@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import itertools
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -370,6 +371,74 @@ _MAP_SLOT = 48
 _COUNTER_ROW_BYTES = 3 * 8 + 56
 
 
+# The dtype of each column as both readers make it; spilled blocks are written as these.
+SPILL_DTYPES = {"ph": np.uint8, "ts": np.float64, "dur": np.float64, "track": np.int32, "name": np.int32,
+                "flow_key": np.int32, "bind": np.bool_, "scope": np.uint8, "cat": np.int32}
+# The column files' names: the event table's field names (the index store keeps them so).
+SPILL_FILES = {"ph": "ph.npy", "ts": "ts.npy", "dur": "dur.npy", "track": "track.npy", "name": "name.npy",
+               "flow_key": "flow_key.npy", "bind": "bind_enclosing.npy", "scope": "scope.npy", "cat": "cat.npy"}
+_NPY_HEADER = 128  # bytes reserved for a column file's `.npy` header, written once its length is known
+
+
+def npy_header(dtype: Any, n: int) -> bytes:
+    """A `.npy` (version 1.0) header of exactly `_NPY_HEADER` bytes for `n` values of `dtype`."""
+    text = f"{{'descr': {np.dtype(dtype).str!r}, 'fortran_order': False, 'shape': ({n},), }}"
+    body = text.ljust(_NPY_HEADER - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+
+class SpillFailed(Exception):
+    """Writing the columns to disk failed (`TableBuilder(spill_dir=...)`): not the trace's fault."""
+
+
+class _ColumnFiles:
+    """The event table's columns written to `.npy` files block by block, then mapped."""
+
+    def __init__(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.folder = folder
+        self._files = {}
+        for key, name in SPILL_FILES.items():
+            f = open(os.path.join(folder, name), "wb")
+            f.write(b"\0" * _NPY_HEADER)  # the header's place
+            self._files[key] = f
+
+    def append(self, block: dict[str, np.ndarray]) -> None:
+        try:
+            for key, values in block.items():
+                np.ascontiguousarray(values, dtype=SPILL_DTYPES[key]).tofile(self._files[key])
+        except OSError as exc:  # a full or failing disk: the caller reads again without spilling
+            self.close()
+            raise SpillFailed(f"the event table could not be written to {self.folder}: {exc.strerror or exc}") from None
+
+    def finish(self, n: int) -> dict[str, np.ndarray]:
+        """The columns, each mapped read-only (an empty one in memory: nothing to map)."""
+        out = {}
+        try:
+            for f in self._files.values():
+                f.flush()
+        except OSError as exc:
+            self.close()
+            raise SpillFailed(f"the event table could not be written to {self.folder}: {exc.strerror or exc}") from None
+        for key, f in self._files.items():
+            f.seek(0)
+            f.write(npy_header(SPILL_DTYPES[key], n))
+            f.close()
+            path = os.path.join(self.folder, SPILL_FILES[key])
+            out[key] = (np.load(path, mmap_mode="r", allow_pickle=False) if n
+                        else np.zeros(0, dtype=SPILL_DTYPES[key]))
+        self._files = {}
+        return out
+
+    def close(self) -> None:
+        for f in self._files.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._files = {}
+
+
 class TableBuilder:
     """Accumulates decoded blocks into columns without per-event Python code.
 
@@ -378,10 +447,15 @@ class TableBuilder:
     than promised stops at the block that crosses the line, not after.
     """
 
-    def __init__(self, account: Any = None) -> None:
+    def __init__(self, account: Any = None, spill_dir: Optional[str] = None) -> None:
+        """`spill_dir`: write the columns there block by block (`.npy` files, memory-mapped
+        by `build`) instead of holding them: what ingesting holds in memory then grows with
+        a block and the distinct strings, not with the trace."""
         self._account = account
         columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope", "cat")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
+        self._spill = _ColumnFiles(spill_dir) if spill_dir is not None else None
+        self._last_track = np.zeros(0, dtype=np.int32)
         self._tracks = Interner()
         self._pids = Interner()
         self._tids = Interner()
@@ -501,7 +575,7 @@ class TableBuilder:
         base = self._n
         self._columns(ph, ts, dur, pid, tid, name, cat, flow_key, bind, scope, nbytes)
         self._find_steps(events, ph, base)
-        self._find_names(events, ph, self._cols["track"][-1])
+        self._find_names(events, ph, self._last_track)
         self._find_counters(((i, events[i]) for i in np.flatnonzero(ph == PH_C).tolist()), base)
 
     def _add_scanned(self, block: ScannedBlock, nbytes: int) -> None:
@@ -519,7 +593,7 @@ class TableBuilder:
         steps = [(i, ev) for i, ev in raw.items() if ph[i] in (PH_X, PH_B) and _STEP_KEY in bytes(ev.args)]
         for i, ev in steps:
             self._step_of(base + i, ev)
-        track = self._cols["track"][-1]
+        track = self._last_track
         for i, ev in raw.items():
             if ph[i] == PH_M:
                 self._name_of(ev, int(track[i]))
@@ -533,16 +607,14 @@ class TableBuilder:
         self._n += n
         self.block_events.append(n)
         self.block_bytes.append(nbytes)
-        c = self._cols
-        c["ph"].append(ph)
-        c["ts"].append(_finite(ts))
-        c["dur"].append(_finite(dur))
-        c["track"].append(self._track_ids(pid, tid))
-        c["name"].append(name)
-        c["cat"].append(cat)
-        c["flow_key"].append(flow_key)
-        c["bind"].append(bind)
-        c["scope"].append(scope)
+        self._last_track = self._track_ids(pid, tid)
+        block = {"ph": ph, "ts": _finite(ts), "dur": _finite(dur), "track": self._last_track, "name": name,
+                 "cat": cat, "flow_key": flow_key, "bind": bind, "scope": scope}
+        if self._spill is not None:
+            self._spill.append(block)
+            return
+        for key, values in block.items():
+            self._cols[key].append(values)
 
     def _find_counters(self, counters: Iterable[tuple[int, ChromeEvent]], base: int) -> None:
         """Counter samples: one row per numeric arg of each `C` event with a time."""
@@ -611,11 +683,16 @@ class TableBuilder:
         if self._account is not None and scanner > 0:
             self._account.release(scanner)
             self._charged -= scanner
-        assembling = 8 * self._n  # the widest column, copied once while its parts still exist
+        # the widest column, copied once while its parts still exist (spilled: mapped, no copy)
+        assembling = 8 * self._n if self._spill is None else 0
         if self._account is not None:
             self._account.charge(assembling + _COUNTER_ROW_BYTES * len(self._c_event), "assembling the event table")
 
+        spilled = self._spill.finish(self._n) if self._spill is not None else {}
+
         def cat(key: str, dtype: Any) -> np.ndarray:
+            if key in spilled:
+                return spilled[key]
             # Column by column, dropping the parts at once: peak memory is the
             # table plus one column, not twice the table.
             parts = self._cols.pop(key)

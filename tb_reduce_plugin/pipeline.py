@@ -65,6 +65,8 @@ class TraceIndex:
     _base_bytes: Optional[int] = field(default=None, repr=False)
     # The prepared fields handed to the index store so far (a server's `_settle_index`).
     prepared_kept: frozenset = field(default=frozenset(), repr=False)
+    # Where its columns were written while it was parsed (`index_file(spill_dir=...)`), if they were.
+    spill_dir: Optional[str] = field(default=None, repr=False)
 
     @property
     def events(self) -> int:
@@ -122,8 +124,14 @@ def index_file(
     max_file_bytes: Optional[int] = None,
     max_ratio: Optional[float] = DEFAULT_MAX_RATIO,
     account: Optional[Account] = None,
+    spill_dir: Optional[str] = None,
 ) -> TraceIndex:
     """Pass 1: stream the file into an event table.
+
+    `spill_dir`: a new folder where a Chrome trace's columns are written block by block
+    and then memory-mapped (`model.TableBuilder`), so that ingesting holds a block and the
+    distinct strings, not the columns; the index store keeps those files as they are
+    (`TraceIndex.spill_dir`). `model.SpillFailed` if they cannot be written.
 
     `account`: the memory budget's account this parse charges as it goes (its
     buffers, decoded blocks, columns and strings), so a trace that needs more than
@@ -144,12 +152,13 @@ def index_file(
     with TraceStream(path, max_inflated_bytes, progress, expect=expect, max_file_bytes=max_file_bytes,
                      max_ratio=max_ratio) as stream:
         fmt = sniff(stream)
-        parsed = reader_for(fmt)(stream, account, ReadOptions(max_inflated_bytes, max_ratio, store_dir))
+        parsed = reader_for(fmt)(stream, account, ReadOptions(max_inflated_bytes, max_ratio, store_dir, spill_dir))
         release_free_memory()
         return TraceIndex(
             path=path, format=fmt, table=parsed.table, metadata=parsed.metadata, truncated=parsed.truncated,
             file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
             source=parsed.source, extra=parsed.extra, identity=stream.identity,
+            spill_dir=spill_dir if isinstance(parsed.table.ts, np.memmap) else None,
         )
 
 

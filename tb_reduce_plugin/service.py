@@ -46,7 +46,7 @@ from .chrome_json import ChromeJsonEvents
 from .discovery import Catalog, TraceFile
 from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
-from .index.store import IndexStore, default_index_bytes
+from .index.store import IndexStore, default_index_bytes, parse_spilling
 from .multihost.executor import LocalPool, make_executor
 from .multihost.views import MergedViews
 from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
@@ -277,9 +277,11 @@ class TraceService:
                     self._keep_blocks_of(idx)  # a stored index without kept blocks gets them now
                 else:
                     with self._working(key, "reading", tf.bytes) as work:
-                        idx = index_file(path, max_inflated_bytes=inflated, store_dir=self.store_dir,
-                                         expect=expect, max_file_bytes=self.max_input_bytes, account=account,
-                                         progress=work.advance)
+                        # its columns written into the store as they are read (`parse_spilling`)
+                        idx = parse_spilling(self.store, path, max_inflated_bytes=inflated,
+                                             store_dir=self.store_dir, expect=expect,
+                                             max_file_bytes=self.max_input_bytes, account=account,
+                                             progress=work.advance, parse=index_file)
                     if idx.identity is not None and (idx.identity.size, idx.identity.mtime_ns) != (tf.bytes,
                                                                                                   tf.mtime_ns):
                         raise FileChanged(f"{_name(tf)} changed since it was listed")

@@ -567,3 +567,66 @@ def test_blocks_staged_by_a_live_process_are_not_taken_for_a_dead_builders(tmp_p
     assert staged is not None and os.path.exists(staged)
     IndexStore(str(tmp_path / "index"), 1 << 30)  # another server starting over the same store
     assert os.path.exists(staged)
+
+
+# ---- columns written while they are read (spilled) ---------------------------------------
+
+
+@pytest.mark.parametrize("path", chrome_traces() + [Path(__file__).resolve().parent / "fixtures" / "gpu" / p.name
+                                                    for p in (Path(__file__).resolve().parent / "fixtures" / "gpu")
+                                                    .glob("*.json.gz")], ids=lambda p: p.name[:60])
+def test_a_parse_that_writes_its_columns_to_disk_gives_what_a_parse_in_memory_gives(path, tmp_path):
+    in_memory = index_file(path)
+    spilled = index_file(path, spill_dir=str(tmp_path / "spill"))
+    assert spilled.spill_dir == str(tmp_path / "spill") and isinstance(spilled.table.ts, np.memmap)
+    for c in store_module.COLUMNS:
+        a, b = getattr(in_memory.table, c), getattr(spilled.table, c)
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), c
+    for level in (0, 2):
+        assert reduced(spilled, level) == reduced(in_memory, level)
+    columns = sum(getattr(in_memory.table, c).nbytes for c in ("ph", "ts", "dur", "track", "name", "flow_key",
+                                                                 "bind_enclosing", "scope", "cat"))
+    assert spilled.memory_bytes() <= in_memory.memory_bytes() - columns  # mapped: not the process's memory
+
+
+def test_the_store_links_the_spilled_columns_and_the_spill_folder_goes_with_its_index(trace, tmp_path):
+    import gc
+
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    index = store_module.parse_spilling(store, str(trace))
+    spill = Path(index.spill_dir)
+    assert spill.is_dir() and spill.parent == tmp_path / "index"
+    assert store.save(index)
+    stored = stored_folder(store, trace) / "ts.npy"
+    assert stored.stat().st_ino == (spill / "ts.npy").stat().st_ino  # linked, not written again
+    reopened = indexed(store, str(trace))
+    assert reduced(reopened, 2) == reduced(index_file(trace), 2)
+    del index
+    gc.collect()
+    assert not spill.exists() and stored.is_file()
+
+
+def test_a_disk_that_cannot_take_the_columns_reads_the_trace_in_memory_instead(tmp_path):
+    """In a process whose files may not grow past 64 kB (RLIMIT_FSIZE, as a full disk
+    answers): the parse is read again in memory, the same, and no spill folder stays."""
+    require_corpus()
+    src = max((p for p in chrome_traces() if p.name.endswith(".json.gz")), key=lambda p: p.stat().st_size)
+    script = f"""
+import os, resource, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from tb_reduce_plugin.index.store import IndexStore, parse_spilling
+from tb_reduce_plugin.pipeline import index_file
+import numpy as np
+expected = index_file({str(src)!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+store = IndexStore({str(tmp_path / "index")!r}, 1 << 34)
+got = parse_spilling(store, {str(src)!r})
+assert got.spill_dir is None and not isinstance(got.table.ts, np.memmap)
+assert np.array_equal(got.table.ts, expected.table.ts, equal_nan=True) and got.table.names == expected.table.names
+assert not [n for n in os.listdir({str(tmp_path / "index")!r}) if n.startswith(".tmp-spill")]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert "could not be written" in done.stderr

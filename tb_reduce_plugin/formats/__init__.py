@@ -24,6 +24,7 @@ class ReadOptions:
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     max_ratio: Optional[float] = DEFAULT_MAX_RATIO
     store_dir: Optional[str] = None  # where a Chrome trace may keep its blocks for later windows
+    spill_dir: Optional[str] = None  # where a Chrome trace's columns may be written as they are read
 
 
 @dataclass

@@ -80,7 +80,7 @@ class _Positions:
 def read_chrome_json(stream: TraceStream, account: Any, options: ReadOptions) -> Parsed:
     block_bytes = block_size_for(account.budget.limit if account is not None else None)
     reader = ChromeJsonReader(stream, block_bytes, account=account)
-    builder = TableBuilder(account)
+    builder = TableBuilder(account, spill_dir=options.spill_dir)
     positions = _Positions(account)
     sizes: list[int] = []
 

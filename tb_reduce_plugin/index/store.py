@@ -44,7 +44,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 import numpy as np
@@ -54,7 +54,7 @@ from .. import FORMAT_VERSION
 from ..budget import Account
 from ..chrome_json import ChromeJsonEvents, EventPositions
 from ..errors import TraceError
-from ..model import EventTable
+from ..model import EventTable, SpillFailed
 from ..pipeline import TraceIndex, index_file
 from ..prepared import Prepared
 from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity
@@ -394,6 +394,21 @@ class IndexStore:
                 except OSError:
                     pass
 
+    def spill_folder(self) -> Optional[str]:
+        """A new folder for a parse to write its columns into (`index_file(spill_dir=...)`),
+        named as the store's temp folders (removed at start when its process is gone); the
+        caller removes it when its index goes (`forget_spill`). None: the store cannot be used."""
+        if not self.usable:
+            return None
+        return os.path.join(self.directory, f"{_TMP}spill-{next(_staged)}-{os.getpid()}-{threading.get_ident()}")
+
+    @staticmethod
+    def forget_spill(index: TraceIndex) -> None:
+        """Remove the index's spill folder once the index is collected (mapped columns stay
+        readable until then; the stored index keeps its own links to the files)."""
+        if index.spill_dir is not None:
+            weakref.finalize(index, shutil.rmtree, index.spill_dir, True)
+
     def stage_blocks(self, blocks_path: str) -> Optional[str]:
         """A hard link to a block store's temp file (which goes with its source), for
         `keep_blocks` to move beside the index later; None if it cannot be made."""
@@ -486,7 +501,13 @@ class IndexStore:
             os.makedirs(tmp)  # and the store's folder, on its first index
             files: dict[str, list[int]] = {}
             for c in COLUMNS:
-                files[f"{c}.npy"] = _write_array(tmp, f"{c}.npy", getattr(t, c))
+                spilled = _spilled_file(index, getattr(t, c), f"{c}.npy")
+                if spilled is not None:  # written while it was parsed: linked, not written again
+                    size = os.stat(spilled).st_size
+                    os.link(spilled, os.path.join(tmp, f"{c}.npy"))
+                    files[f"{c}.npy"] = [size, _crc_of(spilled, size)]
+                else:
+                    files[f"{c}.npy"] = _write_array(tmp, f"{c}.npy", getattr(t, c))
             if positions is not None:
                 files["pos_starts.npy"] = _write_array(tmp, "pos_starts.npy", positions.starts)
                 files["pos_lengths.npy"] = _write_array(tmp, "pos_lengths.npy", positions.lengths)
@@ -636,6 +657,14 @@ class _Kinds(dict):
 _ERROR_KINDS = _Kinds()
 
 
+def _spilled_file(index: TraceIndex, column: np.ndarray, name: str) -> Optional[str]:
+    """The `.npy` file `column` is mapped from, if the parse wrote it (`index_file(spill_dir=...)`)."""
+    if index.spill_dir is None or not isinstance(column, np.memmap):
+        return None
+    path = os.path.join(index.spill_dir, name)
+    return path if column.filename is not None and os.path.abspath(column.filename) == os.path.abspath(path) else None
+
+
 def default_index_bytes(directory: str) -> int:
     """The store's default size: a quarter of the free space of its disk, at least 1 GiB.
 
@@ -675,9 +704,37 @@ def indexed(store: Optional[IndexStore], path: str, *, account: Optional[Account
                                store_dir=options.get("store_dir"), account=account)
             if found is not None:
                 return found
-    index = index_file(path, account=account, **options)
+    index = parse_spilling(store, path, account=account, **options)
     if store is not None:
         store.save(index)
+    return index
+
+
+def parse_spilling(store: Optional[IndexStore], path: str, *, account: Optional[Account] = None,
+                   parse: Optional[Callable[..., TraceIndex]] = None, **options: Any) -> TraceIndex:
+    """`pipeline.index_file`, its columns written into a spill folder of `store` as they are
+    read and mapped from there (see `TableBuilder`), so the parse holds a block and the
+    strings rather than the columns, and `save` links the files instead of writing them.
+    The folder goes with the index; a parse that fails, or maps nothing (an XSpace, an
+    empty trace), removes it at once. A disk that cannot take the columns: parsed again in
+    memory, as without a store. `parse`: `index_file` or a stand-in with its arguments."""
+    parse = parse or index_file
+    spill = store.spill_folder() if store is not None else None
+    if spill is None:
+        return parse(path, account=account, **options)
+    try:
+        index = parse(path, account=account, spill_dir=spill, **options)
+    except SpillFailed as exc:
+        shutil.rmtree(spill, ignore_errors=True)
+        log.warning("tb_reduce: %s; reading %s in memory", exc, os.path.basename(path))
+        return parse(path, account=account, **options)
+    except BaseException:
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
+    if index.spill_dir is None:
+        shutil.rmtree(spill, ignore_errors=True)
+    else:
+        IndexStore.forget_spill(index)
     return index
 
 
