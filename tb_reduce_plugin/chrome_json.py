@@ -607,9 +607,9 @@ class ChromeJsonEvents:
                     if self.on_blocks is not None:
                         try:
                             self.on_blocks(*self.block_files())  # type: ignore[misc]
-                        except Exception:  # keeping it is an optimisation: the pass succeeded
-                            log.warning("tb_reduce: the block store of %s could not be kept",
-                                        os.path.basename(self.path), exc_info=True)
+                        except Exception as exc:  # keeping it is an optimisation: the pass succeeded
+                            log.warning("tb_reduce: the block store of %s could not be kept (%s)",
+                                        os.path.basename(self.path), str(exc))
         finally:
             if builder is not None:  # failed, or the caller stopped early: not a whole store
                 builder.close(remove=True)

@@ -812,8 +812,8 @@ class _Writer:
             job = self._queue.get()
             try:
                 job()
-            except Exception:  # a write that failed costs a parse after a restart, nothing more
-                log.warning("tb_reduce: writing to the index store failed", exc_info=True)
+            except Exception as exc:  # a write that failed costs a parse after a restart, nothing more
+                log.warning("tb_reduce: writing to the index store failed (%s: %s)", type(exc).__name__, str(exc))
 
 
 def _let_go(exc: BaseException) -> None:

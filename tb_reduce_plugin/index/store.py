@@ -61,6 +61,9 @@ from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentit
 from . import prepared_io
 
 log = logging.getLogger(__name__)
+# Exceptions are logged by their text (`str(exc)`), never as objects: a record that keeps
+# one keeps its traceback, and with it every frame of the request it passed through (a
+# handler that keeps records, as pytest's does, then held a reduced body alive).
 
 # Bump when what is stored, or how, changes: an older index is then simply not found.
 INDEX_VERSION = 1
@@ -201,7 +204,7 @@ class IndexStore:
         except (Damaged, OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
             self.damaged += 1
             log.warning("tb_reduce: the stored index of %s is damaged (%s); parsing the trace again",
-                        os.path.basename(path), exc)
+                        os.path.basename(path), str(exc))
             self._remove(digest)
             return None
         self._adopt_blocks(folder, index)
@@ -294,7 +297,7 @@ class IndexStore:
             return prepared
         except (Damaged, OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             log.warning("tb_reduce: the prepared state kept in %s is damaged (%s); plans prepare it again",
-                        os.path.basename(folder), exc)
+                        os.path.basename(folder), str(exc))
             self._drop_prepared(folder)
             return None
 
@@ -351,7 +354,7 @@ class IndexStore:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
                     pass
-            log.info("tb_reduce: the prepared state of %s is not kept (%s)", os.path.basename(index.path), exc)
+            log.info("tb_reduce: the prepared state of %s is not kept (%s)", os.path.basename(index.path), str(exc))
             return False
         self._drop_prepared(folder, keep=set(files))  # the generation before (a mapping keeps its pages)
         self.evict()
@@ -387,7 +390,7 @@ class IndexStore:
                 source.adopt_blocks(os.path.join(folder, "blocks.bin"), offsets, firsts)
         except (Damaged, OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("tb_reduce: the kept blocks of %s are damaged (%s); they are read from the trace again",
-                        os.path.basename(index.path), exc)
+                        os.path.basename(index.path), str(exc))
             for name in (_BLOCKS, *_BLOCK_FILES):
                 try:
                     os.unlink(os.path.join(folder, name))
@@ -440,7 +443,7 @@ class IndexStore:
                 json.dump({"version": INDEX_VERSION, "files": files}, f)
             os.rename(tmp, os.path.join(folder, _BLOCKS))
         except (OSError, Damaged) as exc:
-            log.info("tb_reduce: the blocks of %s are not kept (%s)", os.path.basename(path), exc)
+            log.info("tb_reduce: the blocks of %s are not kept (%s)", os.path.basename(path), str(exc))
             return False
         finally:
             try:
@@ -492,7 +495,7 @@ class IndexStore:
         try:
             encoded = _encoder.encode(strings)
         except (TypeError, UnicodeEncodeError, OverflowError, msgspec.EncodeError) as exc:
-            log.info("tb_reduce: the index of %s is kept in memory only (%s)", os.path.basename(index.path), exc)
+            log.info("tb_reduce: the index of %s is kept in memory only (%s)", os.path.basename(index.path), str(exc))
             return False
         digest = index_digest(index.path, index.identity)
         tmp = os.path.join(self.directory, f"{_TMP}{digest}-{os.getpid()}-{threading.get_ident()}")
@@ -726,7 +729,7 @@ def parse_spilling(store: Optional[IndexStore], path: str, *, account: Optional[
         index = parse(path, account=account, spill_dir=spill, **options)
     except SpillFailed as exc:
         shutil.rmtree(spill, ignore_errors=True)
-        log.warning("tb_reduce: %s; reading %s in memory", exc, os.path.basename(path))
+        log.warning("tb_reduce: %s; reading %s in memory", str(exc), os.path.basename(path))
         return parse(path, account=account, **options)
     except BaseException:
         shutil.rmtree(spill, ignore_errors=True)
