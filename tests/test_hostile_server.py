@@ -76,20 +76,30 @@ def bombed(bomb_logdir: Path, tmp_path: Path) -> Iterator[TensorBoard]:
     # Identical events: refused by whichever limit it reaches first. Since the builder charges what
     # the scanner holds at each block, that is the memory budget, before the inflation ratio.
     ("ident", "i", 413, ("inflates", "--tb_reduce_memory_mb")),
+    # A real-looking trace too big for the budget: no reduction of it fits. Its index alone may
+    # (its columns are written to the index store as they are read, not held): then its
+    # events are served one by one (`event`), within the budget.
     ("tiny", "t", 413, "--tb_reduce_memory_mb"),
 ])
 def test_a_hostile_file_is_refused_clearly_within_the_memory_budget(bombed: TensorBoard, run: str, host: str,
                                                                      status: int, says: str) -> None:
     idle = bombed.peak_mb()
+    served = False
     for route in ("trace", "stats", "event"):
         params = {"i": 0} if route == "event" else {"level": 2}
         got, _, body = bombed.get(ROUTE + route, gz=True, run=run, host=host, **params)
+        if run == "tiny" and route == "event" and got == 200:
+            served = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)["ph"] == "X"
+            assert served
+            continue
         assert got == status, (route, got, body[:300], bombed.tail())
         assert any(s in error_of(got, body) for s in ((says,) if isinstance(says, str) else says))
     assert bombed.alive(), bombed.tail()
     assert bombed.peak_mb() <= idle + BUDGET_MB + MARGIN_MB, (bombed.peak_mb(), idle)
-    # The refusal gave its memory back, and the server still serves a real trace.
-    assert bombed.rss_mb() <= idle + MARGIN_MB
+    # The refusal gave its memory back (an index kept for `event` keeps its own, within the
+    # budget: its mapped columns are file pages, not the server's memory), and the server
+    # still serves a real trace.
+    assert bombed.status_kb("RssAnon") / 1024 <= idle + (BUDGET_MB if served else 0) + MARGIN_MB
     got, _, body = bombed.get(ROUTE + "trace", gz=True, run="torch", host=TORCH_FILE.split(".pt.")[0], level=2)
     assert got == 200 and json.loads(gzip.decompress(body))["tb_reduce"]["level"] == 2
     assert "Traceback" not in bombed.tail()
