@@ -37,7 +37,7 @@ from isal import isal_zlib
 
 from .errors import FileChanged, TraceError
 from .model import clean_json_text
-from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
+from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream, open_regular
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -701,10 +701,9 @@ class _BlockStore:
     def kept(cls, path: str, offsets: np.ndarray, firsts: np.ndarray) -> _BlockStore:
         """A store written by an earlier process, read-only: closed, not removed, when collected."""
         self = cls.__new__(cls)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._file, _ = open_regular(path)  # without blocking, a regular file only
         self.path = path
-        self._file = os.fdopen(fd, "rb")
-        self._fd = fd
+        self._fd = self._file.fileno()
         self._offsets = [int(x) for x in offsets]
         self._firsts = [int(x) for x in firsts]
         self._firsts_arr = np.asarray(firsts, dtype=np.int64)

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -630,3 +631,23 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
     assert "could not be written" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "ts.npy", "strings.msgpack", "blocks.bin", "prepared.json"])
+def test_a_fifo_in_place_of_a_stored_file_is_damage_and_never_waited_on(gz_trace, tmp_path, name):
+    """Every file of the store is opened as the traces are: without blocking, a regular file only."""
+    logdir, cache = gz_trace.parent.parent, tmp_path / "cache"
+    host = gz_trace.name[: -len(".pt.trace.json.gz")]
+    first = _served_once(logdir, cache, host)
+    folder = stored_folder(first.store, gz_trace)
+    assert (folder / name).is_file()
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(
+        TraceService(str(logdir), cache_dir=str(cache)).reduction("run", host, 0, None, None)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), f"a FIFO named {name} hung the open"
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    assert _body(result[0]) == _body(fresh.reduction("run", host, 0, None, None))

@@ -57,7 +57,7 @@ from ..errors import TraceError
 from ..model import EventTable, SpillFailed
 from ..pipeline import TraceIndex, index_file
 from ..prepared import Prepared
-from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity
+from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
 from . import prepared_io
 
 log = logging.getLogger(__name__)
@@ -113,9 +113,37 @@ class _Checksummed:
         return self.f.write(data)
 
 
+def _open_kept(path: str) -> Any:
+    """A file of the store, opened as the traces are (`sources.open_regular`: without blocking,
+    a regular file only): a FIFO or a device put in the cache folder is damage, never waited on."""
+    try:
+        f, _ = open_regular(path)
+    except TraceError as exc:
+        raise Damaged(str(exc)) from None
+    return f
+
+
+def _read_json(path: str, limit: int) -> Any:
+    with _open_kept(path) as f:
+        return json.loads(f.read(limit))
+
+
+def _check_files(folder: str, files: dict, allowed: Callable[[str], bool]) -> None:
+    """Every file a manifest lists is one it may name, of its size and CRC-32 (read from
+    the file once opened: the size and the bytes are of that one file)."""
+    for name, (size, crc) in files.items():
+        if not allowed(name):
+            raise Damaged(f"its manifest names {name!r}")
+        if _crc_of(os.path.join(folder, name), size) != crc:
+            raise Damaged(f"{name} does not match its checksum")
+
+
 def _crc_of(path: str, size: int) -> int:
     crc = 0
-    with open(path, "rb") as f:
+    with _open_kept(path) as f:
+        actual = os.fstat(f.fileno()).st_size
+        if actual != size:
+            raise Damaged(f"{os.path.basename(path)} is {actual} bytes, not {size}")
         left = size
         while left > 0:
             data = f.read(min(_CHUNK, left))
@@ -223,19 +251,11 @@ class IndexStore:
 
     def _read(self, folder: str, digest: str, path: str, identity: FileIdentity, max_inflated_bytes: int,
               max_ratio: Optional[float], store_dir: Optional[str]) -> TraceIndex:
-        with open(os.path.join(folder, _MANIFEST), "rb") as f:
-            manifest = json.loads(f.read(1 << 20))
+        manifest = _read_json(os.path.join(folder, _MANIFEST), 1 << 20)
         if manifest.get("version") != INDEX_VERSION or manifest.get("digest") != digest:
             raise Damaged("its manifest is of another index")
         files = manifest["files"]
-        for name, (size, crc) in files.items():
-            if os.path.basename(name) != name:
-                raise Damaged(f"its manifest names {name!r}")
-            file = os.path.join(folder, name)
-            if os.stat(file).st_size != size:
-                raise Damaged(f"{name} is {os.stat(file).st_size} bytes, not {size}")
-            if _crc_of(file, size) != crc:
-                raise Damaged(f"{name} does not match its checksum")
+        _check_files(folder, files, lambda name: os.path.basename(name) == name)
         strings = _decoder.decode(_read_all(os.path.join(folder, _STRINGS)))
         cols = {c: _column(folder, c, files) for c in COLUMNS}
         n = len(cols["ph"])
@@ -276,15 +296,9 @@ class IndexStore:
         if not os.path.exists(manifest_path):
             return None
         try:
-            with open(manifest_path, "rb") as f:
-                manifest = json.loads(f.read(16 << 20))
+            manifest = _read_json(manifest_path, 16 << 20)
             gen, files = int(manifest["gen"]), manifest["files"]
-            for name, (size, crc) in files.items():
-                if not re.fullmatch(rf"p{gen}_a\d+\.npy", name):
-                    raise Damaged(f"its prepared manifest names {name!r}")
-                file = os.path.join(folder, name)
-                if os.stat(file).st_size != size or _crc_of(file, size) != crc:
-                    raise Damaged(f"{name} does not match its manifest")
+            _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None)
 
             def array(name: str) -> np.ndarray:
                 file = f"p{gen}_{name}.npy"
@@ -333,12 +347,11 @@ class IndexStore:
             return False
         gen = 0
         try:
-            with open(manifest_path, "rb") as f:
-                old = json.loads(f.read(16 << 20))
+            old = _read_json(manifest_path, 16 << 20)
             if set(spec) <= set(old["spec"]):
                 return False
             gen = int(old["gen"]) + 1
-        except (OSError, ValueError, KeyError, TypeError):
+        except (Damaged, OSError, ValueError, KeyError, TypeError):
             pass
         files: dict[str, list[int]] = {}
         try:
@@ -371,15 +384,10 @@ class IndexStore:
             return
         source = index.source
         try:
-            with open(manifest_path, "rb") as f:
-                files = json.loads(f.read(1 << 16))["files"]
+            files = _read_json(manifest_path, 1 << 16)["files"]
             if sorted(files) != sorted(_BLOCK_FILES):
                 raise Damaged("its block manifest names other files")
-            for name in _BLOCK_FILES:
-                size, crc = files[name]
-                file = os.path.join(folder, name)
-                if os.stat(file).st_size != size or _crc_of(file, size) != crc:
-                    raise Damaged(f"{name} does not match its manifest")
+            _check_files(folder, files, lambda name: name in _BLOCK_FILES)
             offsets = np.load(os.path.join(folder, "blocks_offsets.npy"), allow_pickle=False)
             firsts = np.load(os.path.join(folder, "blocks_firsts.npy"), allow_pickle=False)
             if (offsets.ndim != 1 or firsts.shape != offsets.shape or len(offsets) < 1 or int(offsets[0]) != 0
@@ -388,7 +396,7 @@ class IndexStore:
                 raise Damaged("its block tables do not describe its blocks")
             if isinstance(source, ChromeJsonEvents):
                 source.adopt_blocks(os.path.join(folder, "blocks.bin"), offsets, firsts)
-        except (Damaged, OSError, ValueError, KeyError, TypeError) as exc:
+        except (Damaged, TraceError, OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("tb_reduce: the kept blocks of %s are damaged (%s); they are read from the trace again",
                         os.path.basename(index.path), str(exc))
             for name in (_BLOCKS, *_BLOCK_FILES):
@@ -597,14 +605,13 @@ class IndexStore:
         if not self.usable:
             return None
         try:
-            with open(self._refusal_path(path, identity, limits), "rb") as f:
-                kept = json.loads(f.read(1 << 16))
+            kept = _read_json(self._refusal_path(path, identity, limits), 1 << 16)
             kind = _ERROR_KINDS[kept["kind"]]
             exc = TraceError.__new__(kind)
             TraceError.__init__(exc, str(kept["message"]))
             exc.__dict__.update({k: v for k, v in dict(kept["attrs"]).items() if isinstance(k, str)})
             return exc
-        except (OSError, ValueError, KeyError, TypeError):
+        except (Damaged, OSError, ValueError, KeyError, TypeError):
             return None
 
     def remember_refusal(self, path: str, identity: FileIdentity, limits: tuple, exc: TraceError) -> None:
@@ -759,7 +766,7 @@ def _builder_alive(name: str) -> bool:
 
 
 def _read_all(path: str) -> bytes:
-    with open(path, "rb") as f:
+    with _open_kept(path) as f:
         return f.read()
 
 
