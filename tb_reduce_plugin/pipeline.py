@@ -20,7 +20,7 @@ from .budget import Account, MemoryBudget, Unlimited, release_free_memory
 from .errors import TraceError
 from .formats import ReadOptions, reader_for, sniff
 from .levels import LEVELS, ArgsPolicy, args_policy
-from .model import EventTable, valid_utf8
+from .model import INSTANT_PHASES, EventTable, valid_utf8
 from .prepared import Prepared, prepared_of
 from .reduction import Plan, check_window, default_window, events_in_window, plan
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
@@ -31,8 +31,15 @@ Level = Union[int, str]
 Progress = Callable[[int, int], None]
 BUDGET_EVENTS = 500_000
 BUDGET_BYTES = 64 * 1024 * 1024
-# Memory per input event of one reduction at its peak (see `reduction_bytes`).
-PLAN_BYTES_PER_EVENT = 96
+# Memory of one plan at its peak (see `reduction_bytes`), measured with tracemalloc on
+# traces of one kind of event each (bench/README.md, "plan memory"): flags and
+# temporaries per event (14-16 B measured), per counter sample (83 B: its series'
+# buckets are sorted whole) and per instant (45 B beyond the flags), plus one chunk of a
+# track's slices (`reduction.CHUNK_SLICES`, ~30 MB). The summaries are charged as made.
+PLAN_BYTES_PER_EVENT = 20
+PLAN_BYTES_PER_SAMPLE = 96
+PLAN_BYTES_PER_INSTANT = 64
+PLAN_CHUNK_BYTES = 48 * 1024 * 1024
 PREPARED_BYTES_PER_EVENT = 72
 KEPT_BYTES_PER_EVENT = 12
 # Per distinct name, the first plan's sort of the names (a key tuple and an int each,
@@ -105,13 +112,19 @@ class TraceIndex:
         if self.account is not None:
             self.account.settle(self.memory_bytes(), "the parsed trace and its planning state")
 
-    def estimated_bytes(self) -> np.ndarray:
-        """Per event, the average JSON size of its block (for `auto`)."""
+    def estimated_bytes(self, keep: np.ndarray, cap: Optional[float] = None) -> float:
+        """The JSON size of the events `keep` (sorted indices), each taken as the average of
+        its block (at most `cap` bytes, for a level that drops args): a count per block,
+        never a number per event, so `auto` weighs a level in memory of the blocks."""
         t = self.table
-        if not t.block_events:
-            return np.zeros(0)
+        if not t.block_events or len(keep) == 0:
+            return 0.0
         per = np.asarray(t.block_bytes, dtype=np.float64) / np.maximum(np.asarray(t.block_events), 1)
-        return np.repeat(per, t.block_events)
+        if cap is not None:
+            per = np.minimum(per, cap)
+        ends = np.cumsum(np.asarray(t.block_events, dtype=np.int64))
+        counts = np.diff(np.searchsorted(keep, ends, "left"), prepend=0)
+        return float(counts @ per)
 
 
 def index_file(
@@ -181,7 +194,7 @@ def parse_level(level: Level) -> Level:
 
 def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
                  budget_events: Optional[int] = None, budget_bytes: Optional[int] = None,
-                 resolution: Optional[int] = None) -> Plan:
+                 resolution: Optional[int] = None, charges: Optional[OutputCharge] = None) -> Plan:
     """`auto`: the least reduced level whose estimated output fits the budget.
 
     `resolution` (a viewer's bucket count, sized from its pixels) then cuts the window of
@@ -190,18 +203,23 @@ def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[
     answer smaller. Level 0 is lossless and has no buckets: it ignores `resolution`."""
     budget_events = BUDGET_EVENTS if budget_events is None else budget_events
     budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
-    est = index.estimated_bytes()
+    grow = charges.charge if charges is not None else None
     p = None
     for level in LEVELS:
-        p = plan(index.table, level, start_us, end_us)
+        p = None  # the last level's plan goes before the next one is made, and its charge
+        if charges is not None:
+            charges.release()
+        p = plan(index.table, level, start_us, end_us, grow=grow)
         keeps_args = args_policy(level) is not ArgsPolicy.DROP
-        per_event = est[p.keep] if keeps_args else np.minimum(est[p.keep], 200.0)
-        size = float(per_event.sum()) + 220.0 * len(p.summaries)
+        size = index.estimated_bytes(p.keep, None if keeps_args else 200.0) + 220.0 * len(p.summaries)
         if p.events <= budget_events and size <= budget_bytes:
             break
     assert p is not None
     if resolution is not None and p.resolution is not None and resolution < p.resolution:
-        p = plan(index.table, p.level, start_us, end_us, resolution=resolution)
+        level, p = p.level, None
+        if charges is not None:
+            charges.release()
+        p = plan(index.table, level, start_us, end_us, resolution=resolution, grow=grow)
     return p
 
 
@@ -252,29 +270,58 @@ def reduce_index(
     level = parse_level(level)
     check_window(start_us, end_us)
     need = reduction_bytes(index, level, with_input_index)
+    alongside = index.account.total if index.account is not None else 0
+    charges = OutputCharge(account, alongside) if account is not None else None
     if account is not None:
-        account.charge(need, "planning and writing the reduction",
-                       alongside=index.account.total if index.account is not None else 0, wait_s=30.0)
+        account.charge(need, "planning and writing the reduction", alongside=alongside, wait_s=30.0)
     try:
         return _reduce_index(index, out, level, start_us, end_us, gzip, progress, with_input_index, drop_args,
-                             resolution)
+                             resolution, charges)
     finally:
         if account is not None:
             account.release(need)
+        if charges is not None:
+            charges.release()
+
+
+class OutputCharge:
+    """What a plan's summaries hold, charged to a budget's account as they are made
+    (`reduction.plan(grow=)`): their number follows the window's shape, so it is known
+    only then. `release` gives back what the plan dropped held."""
+
+    def __init__(self, account: Account, alongside: int) -> None:
+        """`alongside`: what others hold for the reduction (its index's account)."""
+        self.account = account
+        self.alongside = alongside
+        self.held = 0
+
+    def charge(self, n: int) -> None:
+        self.account.charge(n, "the reduction's summaries", alongside=self.alongside, wait_s=30.0)
+        self.held += n
+
+    def release(self) -> None:
+        self.account.release(self.held)
+        self.held = 0
 
 
 def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False) -> int:
     """What planning and writing one reduction of `index` hold at their peak, at most.
 
-    Measured on a 5 M-event Kineto trace (bench/README.md): a plan holds 50-86 B an
-    event at its peak, a table's first plan also prepares ~66 B an event of state
-    kept with it; the write pass holds a read block or two and its decoded events;
-    at level 0 (or auto, which may pick it) every event may be kept, and each kept
-    one costs its index and, in `tb_reduce.input_index`, its JSON digits.
+    A plan holds flags per event and per slice, and works on one chunk of a track's
+    slices at a time; counters and instants cost more each (see the constants). The
+    summaries it makes are charged as they are made (`OutputCharge`), not here. A
+    table's first plan also prepares ~42-56 B an event of state kept with it; the write
+    pass holds a read block or two and its decoded events; at level 0 (or auto, which
+    may pick it) every event may be kept, and each kept one costs its index and, in
+    `tb_reduce.input_index`, its JSON digits.
     """
+    t = index.table
     n = index.events
     block = getattr(index.source, "block_size", 0)  # a Chrome trace's write pass reads blocks again
-    need = PLAN_BYTES_PER_EVENT * n + (WRITE_BLOCKS * block if block else WRITE_BYTES)
+    instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in INSTANT_PHASES)
+    need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
+            + PLAN_BYTES_PER_INSTANT * instants + PLAN_CHUNK_BYTES
+            + (WRITE_BLOCKS * block if block else WRITE_BYTES))
     if level in (0, "auto"):
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
     if not index.prepared.nbytes():
@@ -286,10 +333,12 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
 
 def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Optional[float],
                   end_us: Optional[float], gzip: bool, progress: Optional[Progress], with_input_index: bool,
-                  drop_args: bool, resolution: Optional[int] = None) -> dict[str, Any]:
+                  drop_args: bool, resolution: Optional[int] = None,
+                  charges: Optional[OutputCharge] = None) -> dict[str, Any]:
     t_plan = time.perf_counter()
-    p = (choose_level(index, start_us, end_us, resolution=resolution) if level == "auto"
-         else plan(index.table, level, start_us, end_us, resolution=resolution))
+    p = (choose_level(index, start_us, end_us, resolution=resolution, charges=charges) if level == "auto"
+         else plan(index.table, level, start_us, end_us, resolution=resolution,
+                   grow=charges.charge if charges is not None else None))
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
     if with_input_index:

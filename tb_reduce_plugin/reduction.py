@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from .slices import SliceTable, build_slices
 
 TOP_NAMES = 5
 MIN_WINDOW_US = 1e-6
+Grow = Callable[[int], None]
 
 
 @dataclass
@@ -150,11 +151,14 @@ class _Buckets:
 
 
 def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None,
-         resolution: Optional[int] = None) -> Plan:
+         resolution: Optional[int] = None, grow: Optional[Grow] = None) -> Plan:
     """What to write for `level` over the window (the whole trace by default).
 
     `resolution`: the window's bucket count instead of the level's (levels 1-4), for a
-    viewer that sizes it from its pixels, as XProf's Trace Viewer does."""
+    viewer that sizes it from its pixels, as XProf's Trace Viewer does.
+    `grow(n)`: told of each `n` bytes the summaries will hold before they hold them
+    (their count follows the window's shape, not the trace's size, and is known only
+    as they are made); it may raise to stop the plan (a memory budget)."""
     if level not in LEVELS:
         raise TraceError(f"level must be one of 0-4 or auto, not {level!r}")
     if resolution is not None and not (isinstance(resolution, int) and 1 <= resolution <= MAX_RESOLUTION):
@@ -190,7 +194,7 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order)
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
@@ -257,61 +261,186 @@ def name_rank(t: EventTable) -> np.ndarray:
     return rank
 
 
+# Slices worked on at once within one track: the plan's temporaries stay this size
+# (some 100 B a slice) however long the track, the trace's own arrays aside.
+CHUNK_SLICES = 1 << 18
+
+
 def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
-                   rank: np.ndarray, slice_order: np.ndarray) -> tuple[np.ndarray, Summaries]:
+                   rank: np.ndarray, slice_order: np.ndarray,
+                   grow: Optional[Grow] = None) -> tuple[np.ndarray, Summaries]:
     """Keep big slices (and straddlers); fold the rest into summaries, track by track.
 
-    Working one track at a time keeps the temporaries as small as the largest
-    track instead of the whole trace (SPEC: memory bounded as traces grow).
+    Each track is read in chunks of `CHUNK_SLICES` of its slices in start order, twice:
+    once to promote straddlers to a fixpoint, once to fold the small slices, carrying
+    the running end and the open group from chunk to chunk. What is held for the whole
+    trace is a flag per slice and the summaries themselves (SPEC: memory bounded as
+    traces grow); the result is the same as folding each track whole.
     """
     kept = overlaps & (sl.dur >= bk.theta)
-    order = slice_order[overlaps[slice_order]]  # the overlapping slices by (track, start, event)
-    trk_sorted = sl.track[order]
-    cuts = np.flatnonzero(trk_sorted[1:] != trk_sorted[:-1]) + 1
-    del trk_sorted
-    out_track, out_start, out_end, out_count, members = [], [], [], [], []
-    ngroups = 0
-    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
-        idx = order[lo:hi]
-        s, e, k = sl.start[idx], sl.end[idx], kept[idx]
-        while True:  # promote small slices that straddle a kept boundary, to a fixpoint
-            bounds = np.unique(np.concatenate((s[k], e[k])))
-            straddle = ~k & _bound_between(bounds, s, e, open_interval=True)
-            if not straddle.any():
-                break
-            k |= straddle
-        kept[idx] = k
-        small = np.flatnonzero(~k)
+    out = _SummaryParts(grow)
+    for lo, hi in _track_runs(sl.track, slice_order):
+        def chunks(lo: int = lo, hi: int = hi):  # this track's overlapping slices, by (start, event)
+            for a in range(lo, hi, CHUNK_SLICES):
+                idx = slice_order[a:min(a + CHUNK_SLICES, hi)]
+                idx = idx[overlaps[idx]]
+                if len(idx):
+                    yield idx
+        bounds = _promote_straddlers(sl, kept, chunks)
+        _fold_track(sl, kept, bounds, bk, rank, chunks, out)
+    return kept, out.summaries()
+
+
+def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:
+    """Keep the small slices of a track that straddle a boundary of a kept one, to a
+    fixpoint (each pass with the boundaries of the one before); the kept boundaries."""
+    parts = []
+    for idx in chunks():
+        k = idx[kept[idx]]
+        parts += [sl.start[k], sl.end[k]]
+    bounds = np.unique(np.concatenate(parts)) if parts else np.zeros(0)
+    while True:
+        parts = []
+        for idx in chunks():
+            cand = idx[~kept[idx]]
+            straddle = cand[_bound_between(bounds, sl.start[cand], sl.end[cand], open_interval=True)]
+            if len(straddle):
+                parts += [sl.start[straddle], sl.end[straddle]]
+                kept[straddle] = True
+        if not parts:
+            return bounds
+        bounds = np.unique(np.concatenate([bounds] + parts))
+
+
+@dataclass
+class _OpenGroup:
+    """A track's last summary so far, which the next chunk may still extend."""
+
+    start: float
+    end: float
+    count: int
+    names: np.ndarray  # distinct name ids
+    counts: np.ndarray  # how many of its slices bear each
+
+
+class _SummaryParts:
+    """Summaries as they are completed, in order: columns per batch, top names made at once.
+    `grow` is told twice the bytes of each batch before it is kept (the batches, then their
+    concatenation)."""
+
+    def __init__(self, grow: Optional[Grow] = None) -> None:
+        self.grow = grow
+        self.track: list = []
+        self.start: list = []
+        self.end: list = []
+        self.count: list = []
+        self.offsets: list = [np.zeros(1, dtype=np.int64)]
+        self.top_name: list = []
+        self.top_count: list = []
+        self.n = self.ntop = 0
+
+    def add(self, track: int, start: np.ndarray, end: np.ndarray, count: np.ndarray,
+            g: np.ndarray, name: np.ndarray, cnt: np.ndarray, rank: np.ndarray) -> None:
+        """Completed summaries of `track`, with their names' counts as triples (group
+        0..len-1 of this batch, name id, count), one per distinct (group, name)."""
+        if len(start) == 0:
+            return
+        offsets, top_name, top_count = _top_of_counts(g, name, cnt, rank, len(start))
+        if self.grow is not None:
+            self.grow(2 * (len(start) * (4 + 8 + 8 + 8 + 8) + top_name.nbytes + top_count.nbytes))
+        self.track.append(np.full(len(start), track, dtype=np.int32))
+        self.start.append(start)
+        self.end.append(end)
+        self.count.append(count)
+        self.offsets.append(offsets[1:] + self.ntop)
+        self.top_name.append(top_name)
+        self.top_count.append(top_count)
+        self.n += len(start)
+        self.ntop += len(top_name)
+
+    def add_open(self, track: int, grp: _OpenGroup, rank: np.ndarray) -> None:
+        self.add(track, np.array([grp.start]), np.array([grp.end]), np.array([grp.count], dtype=np.int64),
+                 np.zeros(len(grp.names), dtype=np.int64), grp.names, grp.counts, rank)
+
+    def summaries(self) -> Summaries:
+        if self.n == 0:
+            return _no_summaries()
+        return Summaries(track=np.concatenate(self.track), start=np.concatenate(self.start),
+                         end=np.concatenate(self.end), count=np.concatenate(self.count),
+                         top_offsets=np.concatenate(self.offsets), top_name=np.concatenate(self.top_name),
+                         top_count=np.concatenate(self.top_count))
+
+
+def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Buckets, rank: np.ndarray,
+                chunks, out: _SummaryParts) -> None:
+    """Cut a track's small slices (by start) into summaries: a new one wherever the
+    slice starts after all before it ended and an idle bucket or a kept boundary lies
+    in that gap."""
+    track = -1
+    run_end: Optional[float] = None  # the latest end of the track's small slices so far
+    grp: Optional[_OpenGroup] = None
+    for idx in chunks():
+        small = idx[~kept[idx]]
         if len(small) == 0:
             continue
-        ss, se = s[small], e[small]  # sorted by start
-        prev_end = np.maximum.accumulate(se)[:-1]
+        track = int(sl.track[small[0]])
+        ss, se = sl.start[small], sl.end[small]
         new = np.ones(len(small), dtype=bool)
-        new[1:] = (ss[1:] >= prev_end) & (
-            (bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)  # an idle bucket between
-            | _bound_between(bounds, prev_end, ss[1:], open_interval=False)  # a kept boundary
+        if run_end is None:
+            prev_end, cand, at = np.maximum.accumulate(se)[:-1], ss[1:], 1
+        else:
+            prev_end, cand, at = np.maximum.accumulate(np.concatenate(([run_end], se)))[:-1], ss, 0
+        new[at:] = (cand >= prev_end) & (
+            (bk.clipped(cand) > bk.clipped(prev_end) + 1)  # an idle bucket between
+            | _bound_between(bounds, prev_end, cand, open_interval=False)  # a kept boundary
         )
-        heads = np.flatnonzero(new)
-        out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
-        out_start.append(ss[heads])
-        out_end.append(np.maximum.reduceat(se, heads))
-        out_count.append(np.diff(np.append(heads, len(small))))
-        members.append((ngroups + np.cumsum(new) - 1, sl.name[idx[small]]))
-        ngroups += len(heads)
-    if ngroups == 0:
-        return kept, _no_summaries()
-    group = np.concatenate([g for g, _ in members])
-    names = np.concatenate([n for _, n in members])
-    top_offsets, top_name, top_count = _top_names(group, names, rank, ngroups)
-    return kept, Summaries(
-        track=np.concatenate(out_track),
-        start=np.concatenate(out_start),
-        end=np.concatenate(out_end),
-        count=np.concatenate(out_count),
-        top_offsets=top_offsets,
-        top_name=top_name,
-        top_count=top_count,
-    )
+        del prev_end, cand
+        run_end = float(se.max()) if run_end is None else max(run_end, float(se.max()))
+        first = new.copy()
+        first[0] = True
+        seg = np.flatnonzero(first)  # this chunk's parts of summaries; the first may go on the open one
+        seg_start, seg_end = ss[seg], np.maximum.reduceat(se, seg)
+        seg_count = np.diff(np.append(seg, len(small)))
+        nm = sl.name[small].astype(np.int64)
+        nn = int(nm.max()) + 1
+        combo, cnt = np.unique((np.cumsum(first) - 1) * nn + nm, return_counts=True)
+        g, nm = combo // nn, combo % nn
+        del combo
+        if not new[0]:  # the chunk goes on with the open summary
+            assert grp is not None
+            head = g == 0
+            names, inv = np.unique(np.concatenate((grp.names, nm[head])), return_inverse=True)
+            grp = _OpenGroup(grp.start, max(grp.end, float(seg_end[0])), grp.count + int(seg_count[0]), names,
+                             np.bincount(inv, weights=np.concatenate((grp.counts, cnt[head])),
+                                         minlength=len(names)).astype(np.int64))
+            g, nm, cnt = g[~head], nm[~head], cnt[~head]
+            done = 1
+        else:
+            if grp is not None:
+                out.add_open(track, grp, rank)
+            done = 0
+        last = len(seg) - 1
+        if last >= done:  # summaries done..last-1 are complete; the last stays open
+            if grp is not None and done:
+                out.add_open(track, grp, rank)
+            in_last = g == last
+            out.add(track, seg_start[done:last], seg_end[done:last], seg_count[done:last],
+                    g[~in_last] - done, nm[~in_last], cnt[~in_last], rank)
+            grp = _OpenGroup(float(seg_start[last]), float(seg_end[last]), int(seg_count[last]),
+                             nm[in_last], cnt[in_last].astype(np.int64))
+    if grp is not None:
+        out.add_open(track, grp, rank)
+
+
+def _track_runs(track: np.ndarray, slice_order: np.ndarray, chunk: int = 1 << 20) -> list[tuple[int, int]]:
+    """The rows lo:hi of `slice_order` (slices by track first) that hold each track, found
+    a chunk at a time so that no track id is gathered for every slice at once."""
+    cuts = [0]
+    for lo in range(0, len(slice_order), chunk):
+        trk = track[slice_order[lo:lo + chunk + 1]]
+        cuts.extend((np.flatnonzero(trk[1:] != trk[:-1]) + 1 + lo).tolist())
+    cuts.append(len(slice_order))
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
 def _bound_between(bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray, open_interval: bool) -> np.ndarray:
@@ -328,20 +457,18 @@ def _bound_between(bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray, open_inte
     return inside & ((first < hi) if open_interval else (first <= hi))
 
 
-def _top_names(group: np.ndarray, name: np.ndarray, rank: np.ndarray,
-               ngroups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group, the most frequent names (ties by name order), as flat arrays:
-    (offsets per group, name ids, counts)."""
-    nn = int(name.max()) + 1
-    combo, counts = np.unique(group.astype(np.int64) * nn + name, return_counts=True)
-    g, nm = combo // nn, combo % nn
-    order = np.lexsort((rank[nm], -counts, g))
-    g, nm, counts = g[order], nm[order], counts[order]
+def _top_of_counts(g: np.ndarray, name: np.ndarray, count: np.ndarray, rank: np.ndarray,
+                   ngroups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group, the most frequent names (ties by name order), as flat arrays (offsets
+    per group, name ids, counts), from one (group, name, count) triple per distinct
+    (group, name) pair, groups 0..ngroups-1 in ascending order."""
+    order = np.lexsort((rank[name], -count, g))
+    g, name, count = g[order], name[order], count[order]
     pos = np.arange(len(g)) - np.searchsorted(g, g, "left")
     sel = pos < TOP_NAMES
-    g, nm, counts = g[sel], nm[sel], counts[sel]
+    g, name, count = g[sel], name[sel], count[sel]
     offsets = np.searchsorted(g, np.arange(ngroups + 1), "left")
-    return offsets, nm, counts.astype(np.int64)
+    return offsets, name, count.astype(np.int64)
 
 
 def _group_firsts(order: np.ndarray, cols: list) -> np.ndarray:

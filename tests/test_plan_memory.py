@@ -1,0 +1,229 @@
+"""A plan's memory: tracks folded in chunks give the plan of whole tracks, its summaries are
+charged as they are made, and `reduction_bytes` covers what a plan really holds.
+
+The oracle is the fold of each whole track (the engine's way before chunks), kept here as
+written then: chunking must never change a byte of any plan.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from tb_reduce_plugin import reduction
+from tb_reduce_plugin.budget import MemoryBudget, OverBudget
+from tb_reduce_plugin.pipeline import (
+    PLAN_BYTES_PER_EVENT,
+    PLAN_BYTES_PER_INSTANT,
+    PLAN_BYTES_PER_SAMPLE,
+    choose_level,
+    index_file,
+    reduce_index,
+    reduction_bytes,
+)
+from tb_reduce_plugin.reduction import Summaries, default_window, name_rank, plan, slices_of
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+TORCH_GPU = ROOT / "tests" / "fixtures" / "gpu" / "h200.1796405874008523308.pt.trace.json.gz"
+STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
+XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"
+
+
+def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, Summaries]:
+    """The oracle: every overlapping slice of a track at once, the top names of all tracks together."""
+    kept = overlaps & (sl.dur >= bk.theta)
+    order = slice_order[overlaps[slice_order]]
+    trk_sorted = sl.track[order]
+    cuts = np.flatnonzero(trk_sorted[1:] != trk_sorted[:-1]) + 1
+    out_track, out_start, out_end, out_count, members = [], [], [], [], []
+    ngroups = 0
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
+        idx = order[lo:hi]
+        s, e, k = sl.start[idx], sl.end[idx], kept[idx]
+        while True:
+            bounds = np.unique(np.concatenate((s[k], e[k])))
+            straddle = ~k & reduction._bound_between(bounds, s, e, open_interval=True)
+            if not straddle.any():
+                break
+            k |= straddle
+        kept[idx] = k
+        small = np.flatnonzero(~k)
+        if len(small) == 0:
+            continue
+        ss, se = s[small], e[small]
+        prev_end = np.maximum.accumulate(se)[:-1]
+        new = np.ones(len(small), dtype=bool)
+        new[1:] = (ss[1:] >= prev_end) & ((bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)
+                                          | reduction._bound_between(bounds, prev_end, ss[1:], open_interval=False))
+        heads = np.flatnonzero(new)
+        out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
+        out_start.append(ss[heads])
+        out_end.append(np.maximum.reduceat(se, heads))
+        out_count.append(np.diff(np.append(heads, len(small))))
+        members.append((ngroups + np.cumsum(new) - 1, sl.name[idx[small]]))
+        ngroups += len(heads)
+    if ngroups == 0:
+        return kept, reduction._no_summaries()
+    group = np.concatenate([g for g, _ in members])
+    names = np.concatenate([n for _, n in members])
+    nn = int(names.max()) + 1
+    combo, counts = np.unique(group.astype(np.int64) * nn + names, return_counts=True)
+    offsets, top_name, top_count = reduction._top_of_counts(combo // nn, combo % nn, counts, rank, ngroups)
+    return kept, Summaries(np.concatenate(out_track), np.concatenate(out_start), np.concatenate(out_end),
+                           np.concatenate(out_count), offsets, top_name, top_count)
+
+
+def _assert_same_plan(a: reduction.Plan, b: reduction.Plan) -> None:
+    assert (a.level, a.resolution, a.t0, a.t1) == (b.level, b.resolution, b.t0, b.t1)
+    assert np.array_equal(a.keep, b.keep)
+    for f in ("track", "start", "end", "count", "top_offsets", "top_name", "top_count"):
+        x, y = getattr(a.summaries, f), getattr(b.summaries, f)
+        assert x.dtype == y.dtype and np.array_equal(x, y), f
+
+
+def _windows(t) -> list[tuple]:
+    d0, d1 = default_window(t)
+    w = d1 - d0
+    return [(None, None), (d0 + 0.3 * w, d0 + 0.31 * w), (d0 + 0.1 * w, d0 + 0.7 * w)]
+
+
+def _traces() -> list[Path]:
+    found = [TORCH_GPU, STALLED, XSPACE]
+    if CORPUS.is_dir():
+        found += sorted(p for p in CORPUS.rglob("*") if p.is_file() and "CORRUPT" not in p.name
+                        and p.name.endswith((".json", ".json.gz", ".pb")))[:40]
+    return found
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 997, 1 << 18])
+def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(monkeypatch, chunk) -> None:
+    """Chunks of 1 and 5 slices on the traces small enough for a chunk of one slice to be
+    quick; 997 (a chunk boundary in every long track) and the default on all."""
+    compared = 0
+    for path in _traces():
+        try:
+            idx = index_file(path)
+        except Exception:  # a corpus file the readers refuse is the sweep's concern, not this one's
+            continue
+        t = idx.table
+        if len(t) > (5_000 if chunk == 1 else 20_000) and chunk < 100:
+            continue
+        for level in (1, 2, 4):
+            for window in _windows(t):
+                for resolution in (None, 37):
+                    monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+                    chunked = plan(t, level, *window, resolution=resolution)
+                    monkeypatch.setattr(reduction, "_reduce_slices",
+                                        lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order))
+                    whole = plan(t, level, *window, resolution=resolution)
+                    monkeypatch.undo()
+                    _assert_same_plan(chunked, whole)
+                    compared += 1
+    assert compared >= 3 * 3 * 2 * 3
+
+
+def _write_trace(path: Path, events: list[dict]) -> Path:
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        json.dump({"traceEvents": events}, f)
+    return path
+
+
+def _kinds(tmp_path: Path, n: int) -> dict[str, Path]:
+    rng = np.random.default_rng(7)
+    ts = np.cumsum(rng.integers(1, 20, n)).astype(float).tolist()
+    dur = rng.integers(1, 15, n).tolist()
+    return {
+        "one track of slices": _write_trace(tmp_path / "x.json.gz", [
+            {"ph": "X", "name": f"op{i % 300}", "pid": 1, "tid": 1, "ts": ts[i], "dur": dur[i]} for i in range(n)]),
+        "counters": _write_trace(tmp_path / "c.json.gz", [
+            {"ph": "C", "name": f"mem{i % 3}", "pid": 1, "tid": 1, "ts": ts[i], "args": {"a": i % 977, "b": i % 13}}
+            for i in range(n)]),
+        "instants": _write_trace(tmp_path / "i.json.gz", [
+            {"ph": "i", "name": f"m{i % 50}", "pid": 1, "tid": i % 4, "ts": ts[i], "s": "t"} for i in range(n)]),
+        "flows": _write_trace(tmp_path / "f.json.gz", [
+            e for i in range(n // 2) for e in (
+                {"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": ts[i], "dur": 5},
+                {"ph": "s" if i % 2 == 0 else "f", "id": i // 2, "name": "f", "cat": "c", "pid": 1, "tid": 1,
+                 "ts": ts[i] + 1})]),
+    }
+
+
+def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_kind_of_event(
+        tmp_path, monkeypatch) -> None:
+    """Per event, per counter sample and per instant (the chunk of slices made small so
+    its constant does not hide the per-event costs); the prepared state is built first."""
+    monkeypatch.setattr(reduction, "CHUNK_SLICES", 4096)
+    for kind, path in _kinds(tmp_path, 120_000).items():
+        idx = index_file(path)
+        plan(idx.table, 2)  # prepares the table's state: later plans hold only their own
+        t = idx.table
+        instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in reduction.INSTANT_PHASES)
+        charged = (PLAN_BYTES_PER_EVENT * len(t) + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
+                   + PLAN_BYTES_PER_INSTANT * instants)
+        for level in ("auto", 1, 4):
+            tracemalloc.start()
+            try:
+                p = choose_level(idx, None, None) if level == "auto" else plan(t, level)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            summaries = sum(getattr(p.summaries, f).nbytes for f in ("track", "start", "end", "count",
+                                                                       "top_offsets", "top_name", "top_count"))
+            held = p.keep.nbytes + 2 * summaries  # the output, charged apart (kept events; summaries as made)
+            assert peak <= charged + held + 4096 * 200, (kind, level, peak, charged, held)
+
+
+def test_the_estimate_of_a_levels_size_counts_events_per_block_as_the_sum_over_events_did() -> None:
+    idx = index_file(TORCH_GPU)
+    t = idx.table
+    per = np.repeat(np.asarray(t.block_bytes, dtype=np.float64) / np.maximum(np.asarray(t.block_events), 1),
+                    t.block_events)
+    for level in (0, 1, 2, 4):
+        keep = plan(t, level).keep
+        assert idx.estimated_bytes(keep) == pytest.approx(float(per[keep].sum()), rel=1e-12)
+        assert idx.estimated_bytes(keep, 200.0) == pytest.approx(float(np.minimum(per[keep], 200.0).sum()),
+                                                                 rel=1e-12)
+    assert idx.estimated_bytes(np.zeros(0, dtype=np.int64)) == 0.0
+
+
+def test_summaries_are_charged_as_they_are_made_and_a_window_whose_summaries_overflow_the_budget_is_refused(
+        tmp_path) -> None:
+    """Many small slices far apart on many threads: at level 1 nearly each is a summary of
+    its own. The charge before planning cannot know that; the charge as they are made does."""
+    rng = np.random.default_rng(3)
+    n = 60_000
+    ts = np.cumsum(rng.integers(50, 80, n)).astype(float).tolist()
+    path = _write_trace(tmp_path / "sparse.json.gz", [
+        {"ph": "X", "name": f"op{i % 7}", "pid": 1, "tid": i % 64, "ts": ts[i], "dur": 1} for i in range(n)])
+    idx = index_file(path)
+    seen: list[int] = []
+    p = plan(idx.table, 1, grow=seen.append)
+    made = sum(getattr(p.summaries, f).nbytes for f in ("track", "start", "end", "count", "top_name", "top_count"))
+    assert len(p.summaries) > n // 4 and sum(seen) >= made  # each batch told before it was kept
+
+    need = reduction_bytes(idx, 1)
+    budget = MemoryBudget(need + made // 4)  # room for the plan, not for its summaries
+    with budget.account("reduce") as acct:
+        with pytest.raises(OverBudget, match="summaries"):
+            reduce_index(idx, io.BytesIO(), 1, account=acct)
+        assert acct.total == 0  # all given back
+    assert budget.used == 0
+    roomy = MemoryBudget(need + 4 * made + (64 << 20))
+    with roomy.account("reduce") as acct:
+        stats = reduce_index(idx, io.BytesIO(), 1, account=acct)
+        assert stats["output"]["events"] >= len(p.summaries)
+    assert roomy.used == 0 and roomy.peak >= need + made
+
+
+def test_name_ranks_and_slices_are_shared_by_the_chunked_fold() -> None:
+    idx = index_file(STALLED)
+    t = idx.table
+    plan(t, 2)
+    assert idx.prepared.slices is slices_of(t) and idx.prepared.name_rank is name_rank(t)
