@@ -8,7 +8,7 @@ PORT ?= 6006
 
 # The demo needs the package alone; the tests add their extras (jax, torch, playwright, XProf).
 # The install builds the native scanner (tb_reduce_plugin/_scan.c) in place.
-$(VENV)/.installed-demo: setup.py tb_reduce_plugin/_scan.c
+$(VENV)/.installed-demo: setup.py tb_reduce_plugin/_scan.c tb_reduce_plugin/_guard.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .

@@ -32,6 +32,9 @@ SCAN = Extension(
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *(_SANITIZE if _sanitize else [])],
     extra_link_args=_SANITIZE[:1] if _sanitize else [],
 )
+# Mapped index files that shrink under their reader read as zeros instead of SIGBUS (tb_reduce_plugin.mapped).
+GUARD = Extension("tb_reduce_plugin._guard", sources=["tb_reduce_plugin/_guard.c"],
+                  extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"])
 
 setup(
     name="tb-reduce-plugin",
@@ -43,7 +46,7 @@ setup(
     # The dashboard lives in frontend/ (plain ES modules) and ships inside the package.
     package_dir={"tb_reduce_plugin.frontend": "frontend"},
     package_data={"tb_reduce_plugin.frontend": ["*.js", "*.html", "*.css", "*/*.js", "*/*.css"]},
-    ext_modules=[SCAN],
+    ext_modules=[SCAN, GUARD],
     cmdclass={"build_ext": OptionalBuildExt},
     python_requires=">=3.9",
     install_requires=[

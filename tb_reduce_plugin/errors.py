@@ -33,6 +33,12 @@ class FileChanged(TraceError):
     its listing instead of serving another file's bytes."""
 
 
+class IndexDamaged(TraceError):
+    """A file of a stored index was cut while the index was in use (`mapped.shrunk`, or a
+    guarded read that met zeros): the index is dropped and whatever was read from it
+    thrown away; the caller reads the trace again."""
+
+
 class ObjectStoreError(TraceError):
     """An object store (an `s3://` or `gs://` logdir) could not be listed or read: not
     reachable, no such bucket, permission refused, its client not installed. The trace

@@ -30,6 +30,7 @@ from typing import Any, Hashable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
+from .mapped import map_array
 from .native import scanner_module
 
 NAN = float("nan")
@@ -425,7 +426,7 @@ class _ColumnFiles:
             f.write(npy_header(SPILL_DTYPES[key], n))
             f.close()
             path = os.path.join(self.folder, SPILL_FILES[key])
-            out[key] = (np.load(path, mmap_mode="r", allow_pickle=False) if n
+            out[key] = (map_array(path) if n
                         else np.zeros(0, dtype=SPILL_DTYPES[key]))
         self._files = {}
         return out

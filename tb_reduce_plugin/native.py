@@ -45,6 +45,24 @@ def scanner_module() -> Optional[ModuleType]:
     return _module
 
 
+def _load_guard() -> Optional[ModuleType]:
+    try:
+        from . import _guard
+    except ImportError:  # not built: mapped files are read unguarded (see `mapped`)
+        return None
+    return _guard
+
+
+_guard_module = _load_guard()
+
+
+def guard_module() -> Optional[ModuleType]:
+    """The SIGBUS guard of mapped files (`_guard.c`), under the same switch as the scanner."""
+    if _guard_module is None or os.environ.get("TB_REDUCE_NATIVE", "1").strip() == "0":
+        return None
+    return _guard_module
+
+
 def available() -> bool:
     """Whether the extension was built (whatever the switch says)."""
     return _module is not None

@@ -74,6 +74,8 @@ class TraceIndex:
     prepared_kept: frozenset = field(default=frozenset(), repr=False)
     # Where its columns were written while it was parsed (`index_file(spill_dir=...)`), if they were.
     spill_dir: Optional[str] = field(default=None, repr=False)
+    # A file it maps was cut under it (`mapped.shrunk`, a guarded fault): no longer served or saved.
+    damaged: bool = field(default=False, repr=False)
 
     @property
     def events(self) -> int:
@@ -106,6 +108,17 @@ class TraceIndex:
                 n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
             self._base_bytes = n
         return self._base_bytes + self.prepared.nbytes()
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays the index holds: its columns, a Chrome trace's event positions and
+        the prepared state (those mapped from files are checked by `mapped.shrunk`)."""
+        t = self.table
+        found = [t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
+                 t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value]
+        positions = getattr(self.source, "positions", None)
+        if positions is not None:
+            found += [positions.starts, positions.lengths]
+        return found + self.prepared.arrays()
 
     def settle_memory(self) -> None:
         """Charge exactly `memory_bytes()` to the index's account (after a plan prepared state)."""

@@ -78,7 +78,7 @@ from werkzeug import wrappers
 from . import __version__
 from .budget import BudgetBusy, OverBudget
 from .cache import Body
-from .errors import BadQuery, FileChanged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
+from .errors import BadQuery, FileChanged, IndexDamaged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
 from .gate import ServerBusy
 from .multihost.executor import DEFAULT as DEFAULT_WORKERS
 from .multihost.executor import BadWorkers, check_workers
@@ -310,6 +310,8 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             return _error(request, 413, str(exc))
         if isinstance(exc, ServerBusy):
             return _busy(request, str(exc), exc.retry_after_s)
+        if isinstance(exc, IndexDamaged):  # cut twice in one request: the next try parses the trace
+            return _busy(request, str(exc), 1)
         if isinstance(exc, BudgetBusy):
             return _busy(request, str(exc), self.service.gate.retry_after())
         if isinstance(exc, ObjectStoreError):  # the logdir's object store failed, not the trace

@@ -67,6 +67,32 @@ class Prepared:
 
         return sum(size(getattr(self, f.name), 0) for f in fields(self))
 
+    def arrays(self) -> list[np.ndarray]:
+        """Every numpy array this state holds (as `nbytes` walks it): the mapped ones among
+        them are files of the index store that must stay whole while in use."""
+        seen: set[int] = set()
+        found: list[np.ndarray] = []
+
+        def walk(obj: object, depth: int) -> None:
+            if obj is None or id(obj) in seen or depth > _MAX_DEPTH:
+                return
+            seen.add(id(obj))
+            if isinstance(obj, np.ndarray):
+                found.append(obj)
+            elif isinstance(obj, (list, tuple)):
+                for o in obj:
+                    walk(o, depth + 1)
+            elif isinstance(obj, dict):
+                for o in obj.values():
+                    walk(o, depth + 1)
+            else:
+                for o in (getattr(obj, "__dict__", None) or {}).values():
+                    walk(o, depth + 1)
+
+        for f in fields(self):
+            walk(getattr(self, f.name), 0)
+        return found
+
     def ready_fields(self) -> frozenset:
         """The names of the fields computed so far."""
         return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)

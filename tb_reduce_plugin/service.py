@@ -39,12 +39,12 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 from isal import isal_zlib
 
-from . import FORMAT_VERSION, objectstore
+from . import FORMAT_VERSION, mapped, objectstore
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_digest
 from .chrome_json import ChromeJsonEvents
 from .discovery import Catalog, TraceFile
-from .errors import FileChanged, InputTooLarge, NotFound, ObjectStoreError, TraceError
+from .errors import FileChanged, IndexDamaged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
 from .index.store import IndexStore, default_index_bytes, parse_spilling
 from .multihost.executor import LocalPool, make_executor
@@ -432,32 +432,60 @@ class TraceService:
             self._refusal(tf)  # a file known to be unreadable takes no slot
         began = time.perf_counter()
         with self.computing(), self.budget.account(f"reducing {_name(tf)}") as account:
-            idx = self._index(tf)
-            spool = self.disk.spool(digest, self.budget)
-            try:
-                with self._working(self._index_key(tf), "reducing", 0) as work:
-                    stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
-                                         drop_args=drop_args, account=account, resolution=resolution,
-                                         progress=work.advance)
-                stats["timings_s"]["request"] = time.perf_counter() - began
-                stats["input"]["file"] = _name(tf)
-                body = spool.finish(json.dumps(stats, separators=(",", ":")).encode())
-            except TraceError as exc:
-                spool.abort()
-                _let_go(exc)
-                raise _named(exc, tf, "cannot reduce") from None
-            except BaseException as exc:
-                spool.abort()
-                _let_go(exc)
-                raise
-            finally:
-                self._settle_index(idx)
+            for attempt in (0, 1):  # once more from the trace if a file of its stored index was cut meanwhile
+                idx = self._index(tf)
+                before = mapped.faults()
+                spool = self.disk.spool(digest, self.budget)
+                try:
+                    self._check_intact(tf, idx, before)
+                    with self._working(self._index_key(tf), "reducing", 0) as work:
+                        stats = reduce_index(idx, spool, level, start_us, end_us, gzip=True, with_input_index=True,
+                                             drop_args=drop_args, account=account, resolution=resolution,
+                                             progress=work.advance)
+                    self._check_intact(tf, idx, before)  # nothing read as zeros goes out
+                    stats["timings_s"]["request"] = time.perf_counter() - began
+                    stats["input"]["file"] = _name(tf)
+                    body = spool.finish(json.dumps(stats, separators=(",", ":")).encode())
+                except IndexDamaged:
+                    spool.abort()
+                    if attempt:
+                        raise
+                    continue
+                except TraceError as exc:
+                    spool.abort()
+                    _let_go(exc)
+                    raise _named(exc, tf, "cannot reduce") from None
+                except BaseException as exc:
+                    spool.abort()
+                    _let_go(exc)
+                    raise
+                finally:
+                    self._settle_index(idx)
+                break
         release_free_memory()
         return Reduction(body, dict(stats, cached=False), digest[:32])
+
+    def _check_intact(self, tf: TraceFile, idx: TraceIndex, faults_before: int) -> None:
+        """`IndexDamaged` if a file `idx` maps was cut (`mapped.shrunk`) or a guarded read
+        met zeros since `faults_before` (any index's: a fault cannot be told apart); the
+        index is then dropped from memory and from the store, so the next try parses."""
+        cut = mapped.shrunk(idx.arrays())
+        if cut is None and mapped.faults() == faults_before and not idx.damaged:
+            return
+        idx.damaged = True
+        key = self._index_key(tf)
+        self.indexes.discard_where(lambda k: k == key)
+        if self.store is not None:
+            self.store.discard(idx)
+        log.warning("tb_reduce: a file of the stored index of %s was cut while in use (%s); reading the trace again",
+                    _name(tf), cut or "a read past its end")
+        raise IndexDamaged(f"the stored index of {_name(tf)} was cut on disk while in use; try again")
 
     def _settle_index(self, idx: TraceIndex) -> None:
         """The first plan prepared its state on the table: the index's charge becomes exact,
         and the state is kept beside the stored index (a restart plans at once)."""
+        if idx.damaged:
+            return
         try:
             idx.settle_memory()
         except TraceError:
@@ -499,7 +527,11 @@ class TraceService:
             with self.computing(), self.budget.account(f"deriving the steps of {_name(tf)}") as account:
                 idx = self._index(tf)
                 try:
-                    out = derive_index(idx, account).to_json()
+                    try:
+                        out = self._intact_run(tf, idx, lambda i: derive_index(i, account).to_json())
+                    except IndexDamaged:
+                        idx = self._index(tf)
+                        out = self._intact_run(tf, idx, lambda i: derive_index(i, account).to_json())
                 except TraceError as exc:
                     _let_go(exc)
                     raise _named(exc, tf, "cannot derive the steps of") from None
@@ -696,10 +728,24 @@ class TraceService:
         in a computation slot, parsing the file first if it must."""
         idx = self.warm_index(tf)
         if idx is not None and getattr(idx.source, "has_store", True):
-            return fn(idx)
+            try:
+                return self._intact_run(tf, idx, fn)
+            except IndexDamaged:
+                pass  # dropped: parsed again below
         self._refusal(tf)
         with self.computing():
-            return fn(self._index(tf))
+            try:
+                return self._intact_run(tf, self._index(tf), fn)
+            except IndexDamaged:
+                return self._intact_run(tf, self._index(tf), fn)
+
+    def _intact_run(self, tf: TraceFile, idx: TraceIndex, fn: Callable[[TraceIndex], T]) -> T:
+        """`fn(idx)`, checked before and after (`_check_intact`)."""
+        before = mapped.faults()
+        self._check_intact(tf, idx, before)
+        out = fn(idx)
+        self._check_intact(tf, idx, before)
+        return out
 
     def _event_of(self, idx: TraceIndex, tf: TraceFile, i: int) -> bytes:
         if not 0 <= i < idx.events:

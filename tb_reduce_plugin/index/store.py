@@ -54,6 +54,7 @@ from .. import FORMAT_VERSION
 from ..budget import Account
 from ..chrome_json import ChromeJsonEvents, EventPositions
 from ..errors import TraceError
+from ..mapped import map_array
 from ..model import EventTable, SpillFailed
 from ..pipeline import TraceIndex, index_file
 from ..prepared import Prepared
@@ -336,7 +337,7 @@ class IndexStore:
     def save_prepared(self, index: TraceIndex) -> bool:
         """Keep beside the stored index what plans and queries have prepared on its table so
         far, if that is more than is kept already; True once written."""
-        if index.identity is None:
+        if index.identity is None or index.damaged:
             return False
         folder = self._dir(index_digest(index.path, index.identity))
         manifest_path = os.path.join(folder, _PREPARED)
@@ -580,6 +581,14 @@ class IndexStore:
             self._remove(digest)
             total -= size
 
+    def discard(self, index: TraceIndex) -> None:
+        """Remove the stored index of `index`'s file version: one of its files was cut while
+        it was in use (`TraceService._check_intact`), so it is rebuilt, never trusted again."""
+        if index.identity is None or not self.usable:
+            return
+        self.damaged += 1
+        self._remove(index_digest(index.path, index.identity))
+
     def _remove(self, digest: str) -> None:
         folder = self._dir(digest)
         trash = os.path.join(self.directory, f"{_TMP}gone-{digest}-{os.getpid()}-{threading.get_ident()}")
@@ -782,7 +791,7 @@ def _column(folder: str, column: str, files: dict) -> np.ndarray:
     if name not in files:
         raise Damaged(f"{name} is missing from its manifest")
     file = os.path.join(folder, name)
-    a = np.load(file, mmap_mode="r" if files[name][0] >= MAP_AT_LEAST else None, allow_pickle=False)
+    a = map_array(file) if files[name][0] >= MAP_AT_LEAST else np.load(file, allow_pickle=False)
     if a.ndim != 1:
         raise Damaged(f"{name} is not one column")
     return a

@@ -1,0 +1,59 @@
+"""Columns mapped from files (the index store's, a parse's spill), and what keeps a reader
+alive when such a file shrinks under it.
+
+Why: a mapped page past the end of a truncated file raises SIGBUS on access, which
+Python cannot catch, so one `truncate` of a cache file by anyone would kill the server.
+With the native extension (`_guard`), every range mapped here is registered: a fault in
+one reads as zero pages and is counted (`faults`), and the work that met it is thrown
+away by its caller (`TraceService`) and done again from the trace. Without it (the
+pure-Python install), `shrunk` still catches a file cut while it was idle, before the
+index is read; a cut in the middle of a request is then fatal, as it always was.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from .native import guard_module
+
+
+def map_array(path: str) -> np.ndarray:
+    """The `.npy` file at `path`, mapped read-only and guarded."""
+    a = np.load(path, mmap_mode="r", allow_pickle=False)
+    if isinstance(a, np.memmap):
+        st = os.stat(path)
+        a.file_identity = (st.st_dev, st.st_ino)  # which file `shrunk` checks, whatever takes its name later
+    guard = guard_module()
+    if guard is not None and isinstance(a, np.memmap) and a.nbytes:
+        slot = guard.guard(a.ctypes.data, a.nbytes)
+        if slot >= 0:
+            weakref.finalize(a, guard.unguard, slot)  # before its mapping goes with it
+    return a
+
+
+def faults() -> int:
+    """Faults in guarded ranges answered with zeros so far in this process (0 without the guard)."""
+    guard = guard_module()
+    return guard.faults() if guard is not None else 0
+
+
+def shrunk(arrays: Iterable[Any]) -> Optional[str]:
+    """The name of a file some mapped array of `arrays` reaches past the end of, if any (a
+    file removed or replaced by another keeps its mapping whole: only a cut one is)."""
+    for a in arrays:
+        if not isinstance(a, np.memmap) or not a.filename:
+            continue
+        base = a.base if isinstance(a.base, np.memmap) else a
+        try:
+            st = os.stat(a.filename)
+        except OSError:
+            continue
+        if getattr(base, "file_identity", (st.st_dev, st.st_ino)) != (st.st_dev, st.st_ino):
+            continue  # another file under the name now: the mapped one is not reachable to cut by it
+        if st.st_size < base.offset + base.nbytes:
+            return os.path.basename(a.filename)
+    return None
