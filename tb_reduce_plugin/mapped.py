@@ -12,7 +12,9 @@ index is read; a cut in the middle of a request is then fatal, as it always was.
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 import weakref
 from typing import Any, Iterable, Optional
 
@@ -33,6 +35,30 @@ def map_array(path: str) -> np.ndarray:
         if slot >= 0:
             weakref.finalize(a, guard.unguard, slot)  # before its mapping goes with it
     return a
+
+
+# Arrays smaller than this stay in memory: a map costs a file and a page at least.
+SPILL_AT_LEAST = 1 << 16
+_names = itertools.count()
+
+
+def spill(folder: Optional[str], name: str, a: np.ndarray) -> np.ndarray:
+    """`a` written into `folder` and mapped from there (file-backed pages the kernel can
+    take back: not the process's memory), or `a` itself when there is no folder, it is
+    small, or the write fails (a full disk: held in memory, as without a folder)."""
+    if folder is None or a.nbytes < SPILL_AT_LEAST:
+        return a
+    path = os.path.join(folder, f"{name}-{os.getpid()}-{threading.get_ident()}-{next(_names)}.npy")
+    try:
+        with open(path, "xb") as f:
+            np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
+        return map_array(path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return a
 
 
 def faults() -> int:

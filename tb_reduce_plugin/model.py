@@ -314,6 +314,9 @@ class EventTable:
     thread_names: dict = field(default_factory=dict)  # track id -> name (`thread_name` metadata)
     # What planning and the queries prepare on this table (`prepared.Prepared`, made on first use).
     prepared: Any = field(default=None, repr=False, compare=False)
+    # A folder where the biggest prepared arrays are written and mapped instead of held
+    # (`mapped.spill`); its owner (the index) removes it. None: they are held in memory.
+    scratch: Optional[str] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.cat) != len(self.ph):  # a format without categories: every event's is None

@@ -20,9 +20,10 @@ from .budget import Account, MemoryBudget, Unlimited, release_free_memory
 from .errors import TraceError
 from .formats import ReadOptions, reader_for, sniff
 from .levels import LEVELS, ArgsPolicy, args_policy
+from .mapped import spill
 from .model import INSTANT_PHASES, EventTable, valid_utf8
 from .prepared import Prepared, prepared_of
-from .reduction import Plan, check_window, default_window, events_in_window, plan
+from .reduction import Plan, check_window, default_window, events_in_window, plan, plan_within
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from .waveforms.steps import StepSeries, derive
 from .writer import EventSource, Sink, atomic_output, write_trace
@@ -41,6 +42,10 @@ PLAN_BYTES_PER_SAMPLE = 96
 PLAN_BYTES_PER_INSTANT = 64
 PLAN_CHUNK_BYTES = 48 * 1024 * 1024
 PREPARED_BYTES_PER_EVENT = 72
+# ... when the table has a scratch folder (`EventTable.scratch`): the slices, their order
+# and the flow binding's per-slice arrays are written there and mapped one by one, so the
+# first plan holds 25-29 B an event beyond its own (tracemalloc, bench/README.md).
+PREPARED_SPILLED_BYTES_PER_EVENT = 40
 KEPT_BYTES_PER_EVENT = 12
 # Per distinct name, the first plan's sort of the names (a key tuple and an int each,
 # two lists): ~85 B measured with 2 M distinct names, beyond the per-event costs.
@@ -180,6 +185,12 @@ def index_file(
         fmt = sniff(stream)
         parsed = reader_for(fmt)(stream, account, ReadOptions(max_inflated_bytes, max_ratio, store_dir, spill_dir))
         release_free_memory()
+        if spill_dir is not None and isinstance(parsed.table.ts, np.memmap):
+            parsed.table.scratch = spill_dir  # prepared state goes beside the columns, and with them
+            positions = getattr(parsed.source, "positions", None)
+            if positions is not None:  # a Chrome trace's event positions too (12 B an event)
+                positions.starts = spill(spill_dir, "positions_starts", positions.starts)
+                positions.lengths = spill(spill_dir, "positions_lengths", positions.lengths)
         return TraceIndex(
             path=path, format=fmt, table=parsed.table, metadata=parsed.metadata, truncated=parsed.truncated,
             file_bytes=stream.file_bytes, json_bytes=stream.inflated, seconds=time.perf_counter() - began,
@@ -222,7 +233,9 @@ def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[
         p = None  # the last level's plan goes before the next one is made, and its charge
         if charges is not None:
             charges.release()
-        p = plan(index.table, level, start_us, end_us, grow=grow)
+        p = plan_within(index.table, level, start_us, end_us, grow=grow, max_keep=budget_events)
+        if p is None:  # more events than the budget: this level cannot be the one
+            continue
         keeps_args = args_policy(level) is not ArgsPolicy.DROP
         size = index.estimated_bytes(p.keep, None if keeps_args else 200.0) + 220.0 * len(p.summaries)
         if p.events <= budget_events and size <= budget_bytes:
@@ -335,10 +348,12 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
             + PLAN_BYTES_PER_INSTANT * instants + PLAN_CHUNK_BYTES
             + (WRITE_BLOCKS * block if block else WRITE_BYTES))
-    if level in (0, "auto"):
+    if level == 0:
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
-    if not index.prepared.nbytes():
-        need += PREPARED_BYTES_PER_EVENT * n
+    elif level == "auto":  # it picks level 0 only when that keeps at most BUDGET_EVENTS
+        need += KEPT_BYTES_PER_EVENT * min(n, BUDGET_EVENTS) * (2 if with_input_index else 1)
+    if not index.prepared.ready_fields() - {"default_window"}:
+        need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
     if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
     return need

@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import TraceError
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
+from .mapped import spill
 from .model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable
 from .prepared import prepared_of
 from .slices import SliceTable, build_slices
@@ -152,13 +153,25 @@ class _Buckets:
 
 def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None,
          resolution: Optional[int] = None, grow: Optional[Grow] = None) -> Plan:
+    """What to write for `level` over the window (the whole trace by default): `plan_within`
+    with no limit on the events kept."""
+    p = plan_within(t, level, start_us, end_us, resolution, grow)
+    assert p is not None
+    return p
+
+
+def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Optional[float] = None,
+                resolution: Optional[int] = None, grow: Optional[Grow] = None,
+                max_keep: Optional[int] = None) -> Optional[Plan]:
     """What to write for `level` over the window (the whole trace by default).
 
     `resolution`: the window's bucket count instead of the level's (levels 1-4), for a
     viewer that sizes it from its pixels, as XProf's Trace Viewer does.
     `grow(n)`: told of each `n` bytes the summaries will hold before they hold them
     (their count follows the window's shape, not the trace's size, and is known only
-    as they are made); it may raise to stop the plan (a memory budget)."""
+    as they are made); it may raise to stop the plan (a memory budget).
+    `max_keep`: at level 0, None instead of a plan that keeps more events than this (`auto`
+    then tries the next level), found before the kept events' indices are made."""
     if level not in LEVELS:
         raise TraceError(f"level must be one of 0-4 or auto, not {level!r}")
     if resolution is not None and not (isinstance(resolution, int) and 1 <= resolution <= MAX_RESOLUTION):
@@ -191,6 +204,8 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
             out = np.unique(t.flow_key[flows & ~in_window])
             keep[flows & np.isin(t.flow_key, out)] = False
             keep[_flow_keep(t, sl, overlaps)] = True
+        if max_keep is not None and int(np.count_nonzero(keep)) > max_keep:
+            return None
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
@@ -227,7 +242,7 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
         always[sl.unpaired] = True
         always[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
         handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
-        order = _track_start_order(sl)
+        order = spill(t.scratch, "slice_order", _track_start_order(sl))
         st = p.static = _Static(has_ts, always, handled, order)
     return st
 
@@ -623,5 +638,9 @@ def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
         hi_next = np.where(exact < len(starts), hi_next, len(starts))
         segments.append(_FlowSegment(lo_f, hi_f, a, b, pc, direct, between, lo_next, hi_next,
                                      t.bind_enclosing[fsorted[lo_f:hi_f]], ts, tol))
-    fb = prep.flow_binding = _FlowBinding(fidx, forder, order, sstart, send, segments)  # level- and window-independent
+    del strack, ftrack, fsorted
+    folder = t.scratch  # the per-slice arrays beside the table's columns, if it has a folder for them
+    fb = prep.flow_binding = _FlowBinding(  # level- and window-independent
+        spill(folder, "flow_fidx", fidx), spill(folder, "flow_forder", forder), spill(folder, "flow_order", order),
+        spill(folder, "flow_sstart", sstart), spill(folder, "flow_send", send), segments)
     return fb

@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .mapped import spill
 from .model import PH_B, PH_E, PH_X, EventTable
 
 _LARGEST = np.finfo(np.float64).max
@@ -125,18 +126,26 @@ def build_slices(t: EventTable) -> SliceTable:
         matched[e_idx] = True
         unpaired = be[~matched[be]]
 
-    start = np.concatenate((x_start, t.ts[b_idx]))
-    end = np.concatenate((x_end, t.ts[e_idx]))
-    dur = np.concatenate((np.maximum(dur_x, 0.0), t.ts[e_idx] - t.ts[b_idx]))
+    # Written one at a time into the table's scratch folder, if it has one (`mapped.spill`),
+    # so the slices' columns are never all in memory at once.
+    folder = t.scratch
     index_type = np.int32 if len(t.ph) < 2**31 else np.int64  # 8 bytes a slice saved
-    event = np.concatenate((xs, b_idx)).astype(index_type)
+    start = spill(folder, "slice_start", np.concatenate((x_start, t.ts[b_idx])))
+    del x_start
+    end = spill(folder, "slice_end", np.concatenate((x_end, t.ts[e_idx])))
+    del x_end
+    dur = spill(folder, "slice_dur", np.concatenate((np.maximum(dur_x, 0.0), t.ts[e_idx] - t.ts[b_idx])))
+    del dur_x
+    event = spill(folder, "slice_event", np.concatenate((xs, b_idx)).astype(index_type))
+    del xs
     return SliceTable(
         start=start,
         end=end,
         dur=dur,
-        track=t.track[event],
-        name=t.name[event],
+        track=spill(folder, "slice_track", t.track[event]),
+        name=spill(folder, "slice_name", t.name[event]),
         event=event,
-        partner=np.concatenate((np.full(len(xs), -1, dtype=np.int64), e_idx)).astype(index_type),
+        partner=spill(folder, "slice_partner", np.concatenate((np.full(len(event) - len(e_idx), -1, dtype=np.int64),
+                                                                e_idx)).astype(index_type)),
         unpaired=np.sort(unpaired),
     )

@@ -19,6 +19,7 @@ from conftest import ROOT
 
 from tb_reduce_plugin import reduction
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
+from tb_reduce_plugin.mapped import SPILL_AT_LEAST
 from tb_reduce_plugin.pipeline import (
     PLAN_BYTES_PER_EVENT,
     PLAN_BYTES_PER_INSTANT,
@@ -227,3 +228,39 @@ def test_name_ranks_and_slices_are_shared_by_the_chunked_fold() -> None:
     t = idx.table
     plan(t, 2)
     assert idx.prepared.slices is slices_of(t) and idx.prepared.name_rank is name_rank(t)
+
+
+def test_a_table_with_a_scratch_folder_writes_its_slices_there_and_plans_exactly_as_one_without(tmp_path):
+    """The slices, their order, the flow binding's per-slice arrays (and the parse's event
+    positions) are mapped from files: the prepared state held in memory shrinks, and every
+    plan and reduced trace is the same."""
+    from tb_reduce_plugin.index.store import IndexStore, parse_spilling
+
+    store = IndexStore(str(tmp_path / "cache"), 1 << 34)
+    for path in (STALLED, TORCH_GPU):
+        spilled = parse_spilling(store, str(path))
+        plain = index_file(path)
+        assert spilled.table.scratch is not None and plain.table.scratch is None
+        big = len(spilled.table) * 8 >= SPILL_AT_LEAST  # smaller arrays stay in memory
+        assert isinstance(spilled.source.positions.starts, np.memmap) == big
+        for level in ("auto", 0, 1, 3):
+            a, b = io.BytesIO(), io.BytesIO()
+            reduce_index(spilled, a, level, gzip=False, with_input_index=True)
+            reduce_index(plain, b, level, gzip=False, with_input_index=True)
+            assert a.getvalue() == b.getvalue(), (path.name, level)
+        if big:
+            sl = spilled.prepared.slices
+            assert all(isinstance(getattr(sl, f), np.memmap) for f in ("start", "end", "dur", "event"))
+            assert Path(sl.start.filename).parent == Path(spilled.table.scratch)
+            assert spilled.prepared.nbytes() < plain.prepared.nbytes() / 2
+    assert big  # the GPU trace was
+
+
+def test_level_0_within_a_limit_is_refused_exactly_when_it_keeps_more_events_than_the_limit() -> None:
+    idx = index_file(TORCH_GPU)
+    t = idx.table
+    for window in _windows(t):
+        kept = len(plan(t, 0, *window).keep)
+        assert reduction.plan_within(t, 0, *window, max_keep=kept) is not None
+        assert kept == 0 or reduction.plan_within(t, 0, *window, max_keep=kept - 1) is None
+        assert reduction.plan_within(t, 2, *window, max_keep=0) is not None  # a limit for level 0 only
