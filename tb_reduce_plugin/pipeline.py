@@ -23,7 +23,7 @@ from .levels import LEVELS, ArgsPolicy, args_policy
 from .mapped import spill
 from .model import INSTANT_PHASES, EventTable, valid_utf8
 from .prepared import Prepared, prepared_of
-from .reduction import Plan, check_window, default_window, events_in_window, plan, plan_within
+from .reduction import CHUNK_SLICES, Plan, check_window, default_window, events_in_window, plan, plan_within
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from .waveforms.steps import StepSeries, derive
 from .writer import EventSource, Sink, atomic_output, write_trace
@@ -35,12 +35,13 @@ BUDGET_BYTES = 64 * 1024 * 1024
 # Memory of one plan at its peak (see `reduction_bytes`), measured with tracemalloc on
 # traces of one kind of event each (bench/README.md, "plan memory"): flags and
 # temporaries per event (14-16 B measured), per counter sample (83 B: its series'
-# buckets are sorted whole) and per instant (45 B beyond the flags), plus one chunk of a
-# track's slices (`reduction.CHUNK_SLICES`, ~30 MB). The summaries are charged as made.
+# buckets are sorted whole) and per instant (45 B beyond the flags), plus what one chunk
+# of a track's slices holds (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured:
+# ~19 MB for a full chunk). The summaries are charged as they are made.
 PLAN_BYTES_PER_EVENT = 20
 PLAN_BYTES_PER_SAMPLE = 96
 PLAN_BYTES_PER_INSTANT = 64
-PLAN_CHUNK_BYTES = 48 * 1024 * 1024
+PLAN_BYTES_PER_CHUNK_SLICE = 80
 PREPARED_BYTES_PER_EVENT = 72
 # ... when the table has a scratch folder (`EventTable.scratch`): the slices, their order
 # and the flow binding's per-slice arrays are written there and mapped one by one, so the
@@ -346,7 +347,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     block = getattr(index.source, "block_size", 0)  # a Chrome trace's write pass reads blocks again
     instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in INSTANT_PHASES)
     need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
-            + PLAN_BYTES_PER_INSTANT * instants + PLAN_CHUNK_BYTES
+            + PLAN_BYTES_PER_INSTANT * instants + PLAN_BYTES_PER_CHUNK_SLICE * min(n, CHUNK_SLICES)
             + (WRITE_BLOCKS * block if block else WRITE_BYTES))
     if level == 0:
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
