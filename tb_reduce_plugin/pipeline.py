@@ -475,7 +475,8 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
     """The per-step series of an indexed trace (`waveforms.steps`), its working memory
     charged to `account` first."""
     if account is not None:
-        account.charge(DERIVE_BYTES_PER_EVENT * index.events, "deriving the per-step series")
+        account.charge(DERIVE_BYTES_PER_EVENT * index.events, "deriving the per-step series",
+                       alongside=index.account.total if index.account is not None else 0)
     return derive(index.table)
 
 

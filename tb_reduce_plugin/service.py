@@ -785,7 +785,8 @@ class TraceService:
         def charged(tf: TraceFile) -> Callable[[TraceIndex], dict]:
             def run_on(idx: TraceIndex) -> dict:
                 with self.budget.account(f"{what} {_name(tf)}") as account:
-                    account.charge(working_bytes(idx.table), f"{what} the events of {_name(tf)}")
+                    account.charge(working_bytes(idx.table), f"{what} the events of {_name(tf)}",  # with its index: 413
+                                   alongside=idx.account.total if idx.account is not None else 0)
                     try:
                         return fn(idx)
                     finally:

@@ -268,3 +268,31 @@ def test_level_0_within_a_limit_is_refused_exactly_when_it_keeps_more_events_tha
         assert reduction.plan_within(t, 0, *window, max_keep=kept) is not None
         assert kept == 0 or reduction.plan_within(t, 0, *window, max_keep=kept - 1) is None
         assert reduction.plan_within(t, 2, *window, max_keep=0) is not None  # a limit for level 0 only
+
+
+def test_a_query_or_steps_that_fit_the_budget_only_without_their_own_index_are_refused_not_busy(
+        tmp_path, monkeypatch) -> None:
+    """Nothing else runs: the memory is held by the index the request itself needs, so
+    "try again in a moment" (503) would never come true; the answer is a 413 that says why."""
+    from tb_reduce_plugin import pipeline
+    from tb_reduce_plugin.budget import BudgetBusy
+    from tb_reduce_plugin.query import aggregate as query_aggregate
+    from tb_reduce_plugin.service import TraceService
+
+    logdir = tmp_path / "logs" / "run"
+    logdir.mkdir(parents=True)
+    (logdir / TORCH_GPU.name).write_bytes(TORCH_GPU.read_bytes())
+    svc = TraceService(str(tmp_path / "logs"), cache_dir=str(tmp_path / "cache"), memory_mb=64)
+    host = svc.runs()[0]["hosts"][0]["host"]
+    svc.reduction("run", host, 2, None, None)  # the index, held and charged
+    tf = svc.trace_file("run", host)
+    held = svc.warm_index(tf).account.total
+    assert held > 0
+    room = 64 * 1024 * 1024 - held
+    monkeypatch.setattr(pipeline, "DERIVE_BYTES_PER_EVENT", (room + held // 2) // len(svc.warm_index(tf).table))
+    with pytest.raises(OverBudget, match="deriving the per-step series"):
+        svc.waveforms("run", host)
+    monkeypatch.setattr(query_aggregate, "working_bytes", lambda t: room + held // 2)
+    with pytest.raises(OverBudget) as refused:
+        svc.aggregate("run", host)
+    assert not isinstance(refused.value, BudgetBusy)
