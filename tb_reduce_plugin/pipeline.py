@@ -353,7 +353,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
     elif level == "auto":  # it picks level 0 only when that keeps at most BUDGET_EVENTS
         need += KEPT_BYTES_PER_EVENT * min(n, BUDGET_EVENTS) * (2 if with_input_index else 1)
-    if not index.prepared.ready_fields() - {"default_window"}:
+    if not {"slices", "static", "flow_binding"} <= index.prepared.ready_fields():  # a query made some, not all
         need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
     if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)

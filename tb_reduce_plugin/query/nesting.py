@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..mapped import spill
 from ..model import EventTable
 from ..prepared import prepared_of
 from ..reduction import slices_of
@@ -75,5 +76,5 @@ def parents_of(t: EventTable) -> np.ndarray:
     parents = p.parents
     if parents is None:
         sl = slices_of(t)
-        parents = p.parents = direct_parents(sl.track, sl.start, sl.end)
+        parents = p.parents = spill(t.scratch, "parents", direct_parents(sl.track, sl.start, sl.end))
     return parents

@@ -27,6 +27,7 @@ import numpy as np
 import re2
 
 from ..errors import BadQuery, TraceError
+from ..mapped import spill
 from ..model import INSTANT_PHASES, EventTable
 from ..prepared import prepared_of
 from ..reduction import check_window, slices_of
@@ -176,7 +177,8 @@ def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
     order = np.lexsort((event, ts))
     index_type = np.int32 if len(t) < 2**31 else np.int64
     row = np.concatenate((np.arange(len(sl), dtype=np.int64), np.full(len(inst), -1, dtype=np.int64)))
-    return _Searchable(event=event[order].astype(index_type), row=row[order].astype(index_type))
+    return _Searchable(event=spill(t.scratch, "search_event", event[order].astype(index_type)),
+                       row=spill(t.scratch, "search_row", row[order].astype(index_type)))
 
 
 def working_bytes(t: EventTable) -> int:
