@@ -200,9 +200,7 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
         keep[sl.event[overlaps]] = True
         keep[sl.partner[overlaps & (sl.partner >= 0)]] = True
         if not whole:  # flows are written whole: inside the window, or bound to kept slices
-            flows = t.flow_key >= 0
-            out = np.unique(t.flow_key[flows & ~in_window])
-            keep[flows & np.isin(t.flow_key, out)] = False
+            keep[_flows_leaving(t, in_window)] = False
             keep[_flow_keep(t, sl, overlaps)] = True
         if max_keep is not None and int(np.count_nonzero(keep)) > max_keep:
             return None
@@ -220,6 +218,19 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     counter_no_series[t.counter_event] = False
     keep |= counter_no_series
     return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
+
+
+def _flows_leaving(t: EventTable, in_window: np.ndarray) -> np.ndarray:
+    """The flow events whose flow has an event outside the window: one flag per flow key
+    (keys are small non-negative ids), no sort of the keys, so a narrow window of a long
+    trace costs a pass over the events, not a sort of every flow outside it."""
+    flows = np.flatnonzero(t.flow_key >= 0)
+    if len(flows) == 0:
+        return flows
+    keys = t.flow_key[flows]
+    leaves = np.zeros(int(keys.max()) + 1, dtype=bool)
+    leaves[keys[~in_window[flows]]] = True
+    return flows[leaves[keys]]
 
 
 @dataclass

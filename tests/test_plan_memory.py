@@ -305,3 +305,21 @@ def test_a_query_or_steps_that_fit_the_budget_only_without_their_own_index_are_r
     with pytest.raises(OverBudget) as refused:
         svc.aggregate("run", host)
     assert not isinstance(refused.value, BudgetBusy)
+
+
+def test_flows_leaving_a_window_are_found_by_one_flag_per_key_as_by_sorting_the_keys() -> None:
+    """Level 0 of a window drops flows with an event outside it; the flags per flow key
+    replace a sort of every flow key outside the window (4 s of a narrow window's 5.6 s
+    on the 8 GiB trace), with the same events."""
+    checked = 0
+    for path in (TORCH_GPU, STALLED):
+        t = index_file(path).table
+        d0, d1 = default_window(t)
+        w = d1 - d0
+        for a, b in ((0.3, 0.31), (0.1, 0.7), (0.0, 0.5), (0.45, 0.4501)):
+            in_window = ~np.isnan(t.ts) & (t.ts >= d0 + a * w) & (t.ts <= d0 + b * w)
+            flows = t.flow_key >= 0
+            by_sort = np.flatnonzero(flows & np.isin(t.flow_key, np.unique(t.flow_key[flows & ~in_window])))
+            assert np.array_equal(reduction._flows_leaving(t, in_window), by_sort)
+            checked += len(by_sort)
+    assert checked > 0
