@@ -649,6 +649,7 @@ class Dashboard {
     if (full) {
       this.extents.set(key, dataWindow.slice());
       this.timeline.setExtent(dataWindow.slice());
+      this.refreshDetailTimes(); // details shown before the trace's start was known count from it now
     }
     this.data = {key, level: typeof tb.level === 'number' ? tb.level : Number(level), requested: level, window: dataWindow,
       full, bucketUs: typeof tb.bucket_us === 'number' ? tb.bucket_us : 0, asked: resolution, model};
