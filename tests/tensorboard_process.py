@@ -54,6 +54,13 @@ class TensorBoard:
         assert status == 200, (path, status, data[:300], self.tail())
         return json.loads(data)
 
+    def wait_index_saved(self, timeout: float = 60) -> None:
+        """Until the plugin's index store has saved an index (its writer runs beside the requests)."""
+        deadline = time.monotonic() + timeout
+        while self.json("data/plugin/tb_reduce/info")["index_store"]["saved"] < 1:
+            assert time.monotonic() < deadline, self.tail()
+            time.sleep(0.2)
+
     def children(self) -> list[int]:
         try:
             return [int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]

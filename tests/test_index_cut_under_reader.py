@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -170,10 +169,7 @@ def test_a_real_tensorboard_whose_stored_index_is_cut_keeps_serving_right_answer
     tb = start_tensorboard(logdir, cache)
     try:
         first = tb.json("data/plugin/tb_reduce/stats", run="run", host=host, level=2)
-        deadline = time.monotonic() + 60
-        while tb.json("data/plugin/tb_reduce/info")["index_store"]["saved"] < 1:
-            assert time.monotonic() < deadline, tb.tail()
-            time.sleep(0.2)
+        tb.wait_index_saved()
     finally:
         tb.stop()
     tb = start_tensorboard(logdir, cache, "--tb_reduce_memory_mb", "512")

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -330,10 +329,7 @@ def test_a_restarted_tensorboard_answers_a_new_window_from_the_stored_index(tmp_
     try:
         first = tb.json("data/plugin/tb_reduce/stats", run="run", host=host, level=2)
         assert first["index"] == "parsed"
-        deadline = time.monotonic() + 60
-        while tb.json("data/plugin/tb_reduce/info")["index_store"]["saved"] < 1:
-            assert time.monotonic() < deadline, tb.tail()
-            time.sleep(0.2)
+        tb.wait_index_saved()
     finally:
         tb.stop()
     t0, t1 = first["trace_us"]
