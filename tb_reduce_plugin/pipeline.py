@@ -98,8 +98,7 @@ class TraceIndex:
         event positions (measured once), and the planning state prepared on it so far."""
         if self._base_bytes is None:
             t = self.table
-            arrays = (t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
-                      t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value)
+            arrays = self._columns()
             # columns mapped from the index store are file-backed pages the kernel can take
             # back at any time, not the process's memory: they are not charged
             n = sum(a.nbytes for a in arrays if not isinstance(a, np.memmap))
@@ -115,12 +114,15 @@ class TraceIndex:
             self._base_bytes = n
         return self._base_bytes + self.prepared.nbytes()
 
+    def _columns(self) -> list[np.ndarray]:
+        t = self.table
+        return [t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
+                t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value]
+
     def arrays(self) -> list[np.ndarray]:
         """The arrays the index holds: its columns, a Chrome trace's event positions and
         the prepared state (those mapped from files are checked by `mapped.shrunk`)."""
-        t = self.table
-        found = [t.ph, t.ts, t.dur, t.track, t.name, t.flow_key, t.bind_enclosing, t.scope,
-                 t.counter_event, t.counter_series, t.counter_value, t.cat, t.step_event, t.step_value]
+        found = self._columns()
         positions = getattr(self.source, "positions", None)
         if positions is not None:
             found += [positions.starts, positions.lengths]
