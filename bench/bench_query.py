@@ -46,8 +46,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from tb_reduce_plugin.pipeline import index_file  # noqa: E402
+from tb_reduce_plugin.prepared import prepared_of  # noqa: E402
 from tb_reduce_plugin.query.aggregate import aggregate  # noqa: E402
+from tb_reduce_plugin.query.aggregate import working_bytes as aggregate_working_bytes  # noqa: E402
 from tb_reduce_plugin.query.search import compile_query, search  # noqa: E402
+from tb_reduce_plugin.query.search import working_bytes as search_working_bytes  # noqa: E402
 from tb_reduce_plugin.reduction import slices_of  # noqa: E402
 
 DEFAULT_TRACE = Path("/tmp/tb_reduce_query_2m.pt.trace.json.gz")
@@ -130,18 +133,21 @@ def in_process(path: Path, n: int) -> None:
             hits = f"  {search(t, compiled[k])['total']:>9,} hits"
         print(f"  {name:<48} {ms(statistics.median(xs))}  (min {ms(min(xs))})  {statistics.median(xs) / floor:6.1f}x floor{hits}")
 
-    print("\nmemory (tracemalloc peak per event of the trace)")
-    sl = slices_of(t)
+    print("\nmemory (tracemalloc peak per event of the trace, and what service.py charges before)")
+    prepared = prepared_of(t)
     for label, fresh in (("first", True), ("warm", False)):
-        for what, attr, fn in (("search common", "_searchable", lambda: search(t, compiled["common name"])),
-                               ("aggregate", "_parents", lambda: aggregate(t))):
-            if fresh and hasattr(sl, attr):  # as if never asked: the state it prepares is built again
-                object.__delattr__(sl, attr)
+        for what, state, fn, charge in (
+                ("search common", "searchable", lambda: search(t, compiled["common name"]), search_working_bytes),
+                ("aggregate", "parents", lambda: aggregate(t), aggregate_working_bytes)):
+            if fresh:  # as if never asked: the state it prepares is built again
+                setattr(prepared, state, None)
+            charged = charge(t)
             tracemalloc.start()
             fn()
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-            print(f"  {label:<6} {what:<14} {peak / idx.events:6.1f} B/event ({peak / 2**20:.0f} MB)")
+            print(f"  {label:<6} {what:<14} {peak / idx.events:6.1f} B/event ({peak / 2**20:.0f} MB), "
+                  f"charged {charged / idx.events:6.1f} B/event")
 
 
 def over_http(path: Path, n: int) -> None:

@@ -12,11 +12,12 @@ index is read; a cut in the middle of a request is then fatal, as it always was.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
 import weakref
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -59,6 +60,34 @@ def spill(folder: Optional[str], name: str, a: np.ndarray) -> np.ndarray:
         except OSError:
             pass
         return a
+
+
+@contextlib.contextmanager
+def scratch_array(folder: Optional[str], name: str, n: int, dtype: Any) -> Iterator[np.ndarray]:
+    """`n` zeros for the length of a `with`, in a file of `folder` when there is one and
+    they are not small (file-backed pages the kernel can write out and take back), else
+    in memory. The file is gone as soon as it is mapped: nobody else can open, cut or
+    swap it, and a process that dies leaves nothing behind."""
+    size = n * np.dtype(dtype).itemsize
+    if folder is None or size < SPILL_AT_LEAST:
+        yield np.zeros(n, dtype=dtype)
+        return
+    path = os.path.join(folder, f"{name}-{os.getpid()}-{threading.get_ident()}-{next(_names)}.tmp")
+    try:
+        with open(path, "xb+") as f:
+            os.unlink(path)
+            os.posix_fallocate(f.fileno(), 0, size)  # the disk taken now: a full one fails here, not in a write
+            a = np.memmap(f, dtype=dtype, mode="r+", shape=(n,))
+    except (OSError, ValueError):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        a = np.zeros(n, dtype=dtype)  # a full disk: in memory, as without a folder
+    try:
+        yield a
+    finally:
+        del a
 
 
 def faults() -> int:

@@ -258,6 +258,11 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
     return st
 
 
+def slice_order(t: EventTable) -> np.ndarray:
+    """The table's slices by (track, start, event), as plans walk them: prepared once."""
+    return _static(t, slices_of(t)).slice_order
+
+
 def _track_start_order(sl: SliceTable) -> np.ndarray:
     """Slices by (track, start, event); XSpace lines come sorted already, so check first."""
     n = len(sl.track)

@@ -216,6 +216,21 @@ def test_a_slices_parent_is_the_top_of_its_tracks_stack_of_open_slices(rows: lis
     assert got.tolist() == stack_parents(track, start, end)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.sampled_from([0, 0, 1, 2, 5, 13, 40])),
+                max_size=300), st.integers(1, 40))
+def test_parents_found_a_chunk_at_a_time_equal_the_stack_however_small_the_chunks(rows: list, chunk: int) -> None:
+    """A chunk carries the slices still open into the next: chunks of 1 to 40 slices,
+    equal starts across a chunk's edge and malformed overlaps included."""
+    import numpy as np
+
+    track = [r[0] for r in rows]
+    start = [float(r[1]) for r in rows]
+    end = [float(r[1] + r[2]) for r in rows]
+    got = direct_parents(np.asarray(track, dtype=np.int32), np.asarray(start), np.asarray(end), chunk=chunk)
+    assert got.tolist() == stack_parents(track, start, end)
+
+
 def test_parents_are_found_below_and_above_the_point_where_numpy_rounds_give_way_to_a_loop() -> None:
     import numpy as np
 
@@ -234,5 +249,7 @@ def test_parents_are_found_below_and_above_the_point_where_numpy_rounds_give_way
             start.append(base + 5_000.0 + 2 * k)
             end.append(base + 5_001.0 + 2 * k)
     assert len(start) < n * 2
-    got = direct_parents(np.asarray(track), np.asarray(start), np.asarray(end))
-    assert got.tolist() == stack_parents(track, start, end)
+    want = stack_parents(track, start, end)
+    for chunk in (1 << 18, 1_000, 97):  # deep chains carried from chunk to chunk too
+        got = direct_parents(np.asarray(track), np.asarray(start), np.asarray(end), chunk=chunk)
+        assert got.tolist() == want

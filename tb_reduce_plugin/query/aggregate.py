@@ -17,28 +17,50 @@ Rules (docs/SEMANTICS.md, "Search and range statistics"):
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import reduction
 from ..errors import BadQuery
+from ..mapped import scratch_array
 from ..model import EventTable
+from ..prepared import prepared_of
 from ..reduction import name_rank, slices_of
+from ..slices import SliceTable
 from .nesting import parents_of
-from .search import check_page, check_range, name_text, peak_bytes
+from .search import SLICES_BYTES_PER_EVENT, check_page, check_range, name_text
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
-# Working memory per event of the trace, charged to the memory budget before a table is
-# made. Measured with tracemalloc on a 2 M-event Kineto-style trace (bench/bench_query.py):
-# warm 24 B (whole trace) to 30 B (a window), the first (building the parents) 51 B.
-WARM_BYTES_PER_EVENT = 40
-FIRST_BYTES_PER_EVENT = 64
+# Working memory of a range table, charged to the memory budget before it is made; held to
+# these by tracemalloc in tests/test_query_aggregate_chunks.py. Per slice of a chunk (the
+# slices are read a chunk at a time, whatever the trace's length); per name (the sums);
+# per slice of the trace, the children's time when no scratch folder holds it.
+BYTES_PER_CHUNK_SLICE = 200
+BYTES_PER_NAME = 96
+CHILDREN_BYTES_PER_SLICE = 8
+# Made on the first table: the parents (held, one index a slice), their own chunks, and the
+# plans' slice order when no plan made it yet (a sort of the trace's slices).
+PARENTS_BYTES_PER_SLICE = 8
+ORDER_BYTES_PER_SLICE = 32
 
 
 def working_bytes(t: EventTable) -> int:
     """What a range table of `t` may hold at its peak, counting the state it would prepare first."""
-    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "parents")
+    p = prepared_of(t)
+    n = len(t) if p.slices is None else len(p.slices)  # a slice is one event at least
+    need = BYTES_PER_CHUNK_SLICE * min(n, reduction.CHUNK_SLICES) + BYTES_PER_NAME * len(t.names)
+    if t.scratch is None:
+        need += CHILDREN_BYTES_PER_SLICE * n
+    if p.slices is None:
+        need += SLICES_BYTES_PER_EVENT * len(t)
+    if p.parents is None:
+        need += PARENTS_BYTES_PER_SLICE * n
+        if p.static is None:
+            need += ORDER_BYTES_PER_SLICE * n
+    return need
 
 
 def id_text(value: Any) -> str:
@@ -73,53 +95,54 @@ def _track_mask(t: EventTable, pid: Optional[str], tid: Optional[str]) -> Option
 
 
 def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[float] = None,
-              pid: Optional[str] = None, tid: Optional[str] = None, limit: int = DEFAULT_LIMIT) -> dict:
+              pid: Optional[str] = None, tid: Optional[str] = None, limit: int = DEFAULT_LIMIT,
+              chunk: Optional[int] = None) -> dict:
     """Per-name statistics of the slices overlapping [start_us, end_us] (all, when absent).
 
     Rows are sorted by wall time (then count, descending; then name); `other` sums the
-    rows past `limit`.
+    rows past `limit`. The slices are read `chunk` (default `reduction.CHUNK_SLICES`) at a time, in three passes (children's
+    time onto parents; sums; each name's longest), so what the table holds beside the
+    trace's columns is per name, plus one number per slice (its children's time) kept in
+    a scratch file when the trace's columns are. Sums are added in slice order, one
+    slice at a time (`np.add.at`), so they do not depend on the chunk.
     """
     window = check_aggregate(start_us, end_us, pid, tid, limit)
     tracks = _track_mask(t, pid, tid)
     sl = slices_of(t)
     parent = parents_of(t)
-    start, end = sl.start, sl.end
-    if window is None:
-        wall = sl.dur  # plain durations, as written (end - start loses digits at epoch times)
-        cut = np.zeros(len(sl), dtype=bool)
-        selected = None
-    else:
-        lo, hi = window
-        inside = (start <= hi) & (end >= lo)
-        cut = inside & ((start < lo) | (end > hi))
-        wall = np.where(cut, np.minimum(end, hi) - np.maximum(start, lo), sl.dur)
-        wall = np.where(inside, np.maximum(wall, 0.0), 0.0)  # out of the window: nothing to give a parent
-        selected = inside
-    if tracks is not None:
-        on_track = tracks[sl.track]
-        selected = on_track if selected is None else selected & on_track
-    # Direct children's time, summed onto their parents (a child out of the window adds 0).
-    has_parent = np.flatnonzero(parent >= 0)
-    children = np.bincount(parent[has_parent], weights=wall[has_parent], minlength=len(sl))
-    own = np.maximum(wall - children, 0.0)
+    n, k = len(sl), len(t.names)
+    chunk = chunk or reduction.CHUNK_SLICES
+    spans = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
 
-    if selected is None:
-        which = None
-        name, w, s, c = sl.name, wall, own, cut
-    else:
-        which = np.flatnonzero(selected)
-        name, w, s, c = sl.name[which], wall[which], own[which], cut[which]
-    k = len(t.names)
-    count = np.bincount(name, minlength=k)
-    wall_sum = np.bincount(name, weights=w, minlength=k)
-    self_sum = np.bincount(name, weights=s, minlength=k)
-    clipped = np.bincount(name[c], minlength=k) if c.any() else np.zeros(k, dtype=np.int64)
-    longest = np.full(k, -np.inf)
-    np.maximum.at(longest, name, w)
-    max_slice = _longest_occurrence(sl.event if which is None else sl.event[which],
-                                    start if which is None else start[which], name, w, longest, k)
-    if which is not None and len(which):
-        max_slice = np.where(max_slice >= 0, which[np.maximum(max_slice, 0)], -1)
+    def part(a: int, b: int) -> _Part:
+        return _part(sl, a, b, window, tracks)
+
+    # Direct children's time, summed onto their parents (a child out of the window adds 0).
+    with scratch_array(t.scratch, "children", n, np.float64) as children:
+        for a, b in spans:
+            p = parent[a:b]
+            has = p >= 0
+            np.add.at(children, p[has], part(a, b).wall[has])
+        count = np.zeros(k, dtype=np.int64)
+        wall_sum, self_sum = np.zeros(k), np.zeros(k)
+        clipped = np.zeros(k, dtype=np.int64)
+        longest = np.full(k, -np.inf)
+        on_tracks = np.zeros(len(t.tracks), dtype=bool)
+        selected = cut_total = 0
+        for a, b in spans:
+            c = part(a, b)
+            own = np.maximum(c.wall - children[a:b], 0.0)
+            name, w, s, cut = c.pick(sl.name[a:b]), c.pick(c.wall), c.pick(own), c.pick(c.cut)
+            count += np.bincount(name, minlength=k)
+            np.add.at(wall_sum, name, w)
+            np.add.at(self_sum, name, s)
+            if cut.any():
+                clipped += np.bincount(name[cut], minlength=k)
+            np.maximum.at(longest, name, w)
+            on_tracks[c.pick(sl.track[a:b])] = True
+            selected += len(name)
+            cut_total += int(np.count_nonzero(cut))
+    max_slice = _longest_occurrences(sl, spans, part, longest, k)
 
     present = np.flatnonzero(count)
     rank = name_rank(t)
@@ -133,18 +156,17 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
         "avg_us": float(wall_sum[n] / count[n]),
         "max_us": float(longest[n]),
         "max_i": int(sl.event[max_slice[n]]),
-        "max_ts": float(start[max_slice[n]]),
+        "max_ts": float(sl.start[max_slice[n]]),
         "clipped": int(clipped[n]),
     } for n in shown.tolist()]
-    slice_tracks = sl.track if which is None else sl.track[which]
     return {
         "window": list(window) if window is not None else None,
         "pid": pid,
         "tid": tid,
-        "slices": int(len(name)),
-        "tracks": int(np.count_nonzero(np.bincount(slice_tracks, minlength=len(t.tracks)))) if len(name) else 0,
+        "slices": selected,
+        "tracks": int(np.count_nonzero(on_tracks)) if selected else 0,
         "names": int(len(present)),
-        "clipped": int(np.count_nonzero(c)),
+        "clipped": cut_total,
         "limit": limit,
         "rows": rows,
         "other": {
@@ -156,6 +178,65 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
             "clipped": int(clipped[rest].sum()),
         },
     }
+
+
+@dataclass
+class _Part:
+    """Slices [a, b) as a range table sees them: each one's time in the window (`wall`,
+    0 out of it), whether the window cuts it, and which count (`which`; None: all)."""
+
+    wall: np.ndarray
+    cut: np.ndarray
+    which: Optional[np.ndarray]
+
+    def pick(self, a: np.ndarray) -> np.ndarray:
+        return a if self.which is None else a[self.which]
+
+
+def _part(sl: SliceTable, a: int, b: int, window: Optional[tuple[float, float]],
+          tracks: Optional[np.ndarray]) -> _Part:
+    dur = np.asarray(sl.dur[a:b])
+    if window is None:
+        wall = dur  # plain durations, as written (end - start loses digits at epoch times)
+        cut = np.zeros(b - a, dtype=bool)
+        selected = None
+    else:
+        lo, hi = window
+        start, end = sl.start[a:b], sl.end[a:b]
+        inside = (start <= hi) & (end >= lo)
+        cut = inside & ((start < lo) | (end > hi))
+        wall = np.where(cut, np.minimum(end, hi) - np.maximum(start, lo), dur)
+        wall = np.where(inside, np.maximum(wall, 0.0), 0.0)  # out of the window: nothing to give a parent
+        selected = inside
+    if tracks is not None:
+        on_track = tracks[sl.track[a:b]]
+        selected = on_track if selected is None else selected & on_track
+    return _Part(wall, cut, None if selected is None else np.flatnonzero(selected))
+
+
+def _longest_occurrences(sl: SliceTable, spans: list[tuple[int, int]], part: Callable[[int, int], _Part],
+                         longest: np.ndarray, k: int) -> np.ndarray:
+    """Per name id, the slice of its longest time, the earliest on ties (by start, then
+    event, then slice); -1 for names with none. Only the slices equal to their name's
+    maximum are compared: usually one per name."""
+    at = np.full(k, -1, dtype=np.int64)
+    at_start, at_event = np.zeros(k), np.zeros(k, dtype=np.int64)
+    for a, b in spans:
+        c = part(a, b)
+        name, w = c.pick(sl.name[a:b]), c.pick(c.wall)
+        cand = np.flatnonzero(w == longest[name])
+        if not len(cand):
+            continue
+        pos = a + (cand if c.which is None else c.which[cand])
+        start, event, name = sl.start[pos], sl.event[pos], name[cand]
+        best = _longest_occurrence(event, start, name, w[cand], longest, k)
+        have = np.flatnonzero(best >= 0)
+        i = best[have]
+        earlier = (at[have] < 0) | (start[i] < at_start[have]) | ((start[i] == at_start[have])
+                                                                  & (event[i] < at_event[have]))
+        take, i = have[earlier], i[earlier]
+        at[take], at_start[take], at_event[take] = pos[i], start[i], event[i]
+    return at
 
 
 def _longest_occurrence(event: np.ndarray, start: np.ndarray, name: np.ndarray, wall: np.ndarray,

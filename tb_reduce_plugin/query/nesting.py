@@ -20,32 +20,94 @@ chain of deeply nested slices that all end together).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
+from .. import reduction
 from ..mapped import spill
 from ..model import EventTable
 from ..prepared import prepared_of
-from ..reduction import slices_of
+from ..reduction import slice_order, slices_of
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
 _LOOP_BELOW = 256
 
 
-def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each slice, the index of its direct parent on its track, or -1 (see module doc)."""
+def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   by_start: Optional[np.ndarray] = None, chunk: Optional[int] = None) -> np.ndarray:
+    """For each slice, the index of its direct parent on its track, or -1 (see module doc).
+
+    The slices are taken `chunk` (default `reduction.CHUNK_SLICES`) at a time in order of (track, start) (`by_start`: that
+    order, sorted here when not given), so the work's temporaries stay the size of a chunk
+    however long the trace. What a chunk needs of the slices before it is the stack of
+    those still open when it starts: a later slice's parent is the nearest earlier slice
+    open at its start, which lies on the chain of parents of the previous chunk's last slice
+    (every slice between two links of that chain ended before the lower link's child began).
+    A chunk ends where (track, start) changes, so the order within equal starts (the longer
+    first, then file order) is decided inside one chunk.
+    """
     m = len(start)
     index_type = np.int32 if m < 2**31 else np.int64
     parent = np.full(m, -1, dtype=index_type)
     if m == 0:
         return parent
-    order = np.lexsort((-end, start, track))  # per-track order, as `slices.nesting` sorts
-    s, e = start[order], end[order]
-    trk = track[order]
+    if by_start is None:
+        by_start = np.lexsort((start, track))
+    chunk = chunk or reduction.CHUNK_SLICES
+    stack = np.zeros(0, dtype=np.int64)  # the open slices after the previous chunk, outermost first
+    a = 0
+    while a < m:
+        b = _chunk_end(by_start, track, start, a, chunk)
+        ids = np.asarray(by_start[a:b], dtype=np.int64)
+        trk, s, e = track[ids], start[ids], end[ids]
+        local = np.lexsort((ids, -e, s, trk))  # as `slices.nesting` sorts: the longer first, file order last
+        ids, trk, s, e = ids[local], trk[local], s[local], e[local]
+        if len(stack) and track[stack[0]] == trk[0]:
+            stack = stack[end[stack] > s[0]]  # closed before this chunk: nobody's parent any more
+        else:
+            stack = stack[:0]
+        cand = _candidates(np.concatenate((start[stack], s)), np.concatenate((end[stack], e)), trk, len(stack))
+        every = np.concatenate((stack, ids))
+        found = np.flatnonzero(cand >= 0)
+        found = found[found >= len(stack)]
+        parent[every[found]] = every[cand[found]]
+        chain, j = [], len(cand) - 1  # the last slice and its parents: the stack the next chunk starts with
+        while j >= 0:
+            chain.append(j)
+            j = int(cand[j])
+        stack = every[chain[::-1]]
+        a = b
+    return parent
+
+
+def _chunk_end(by_start: np.ndarray, track: np.ndarray, start: np.ndarray, a: int, chunk: int) -> int:
+    """Where the chunk from `a` ends: `chunk` slices on, moved past any slices that share
+    the (track, start) of the last one."""
+    m = len(by_start)
+    b = min(a + chunk, m)
+    while b < m:
+        last = by_start[b - 1]
+        ahead = np.asarray(by_start[b:b + chunk])
+        same = (track[ahead] == track[last]) & (start[ahead] == start[last])
+        differ = np.flatnonzero(~same)
+        if len(differ):
+            return b + int(differ[0])
+        b += len(ahead)
+    return b
+
+
+def _candidates(s: np.ndarray, e: np.ndarray, trk: np.ndarray, carried: int) -> np.ndarray:
+    """Each slice's parent as a position in these arrays (-1: none). The first `carried`
+    are the open slices of earlier chunks, outermost first, each the candidate of the next;
+    the rest are the chunk's slices in nesting order on tracks `trk`."""
+    m = len(s)
+    cand = np.arange(-1, m - 1, dtype=np.int64)
     # cand[k]: a position before k (or -1) such that every slice strictly between it and k
     # ended at or before s[k]; it becomes the parent's position once e[cand[k]] > s[k].
-    cand = np.arange(-1, m - 1, dtype=np.int64)
-    cand[np.flatnonzero(trk[1:] != trk[:-1]) + 1] = -1  # a track's first slice has no predecessor
+    cand[np.flatnonzero(trk[1:] != trk[:-1]) + 1 + carried] = -1  # a track's first slice has no predecessor
     active = np.flatnonzero(cand >= 0)
+    active = active[active >= carried]  # the carried slices' parents are known
     while len(active) >= _LOOP_BELOW:
         c = cand[active]
         active = active[e[c] <= s[active]]  # those whose candidate is closed look further
@@ -61,20 +123,20 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
                 c = cand_list[c]
             cand_list[k] = c
         cand = np.asarray(cand_list, dtype=np.int64)
-    found = cand >= 0
-    parent[order[found]] = order[cand[found]]
-    return parent
+    return cand
 
 
 def parents_of(t: EventTable) -> np.ndarray:
     """`direct_parents` of the table's slices, prepared once per table.
 
     Kept in the table's prepared state (`prepared.Prepared.parents`), whose memory the
-    index counts (`TraceIndex.memory_bytes`), so the budget sees it.
+    index counts (`TraceIndex.memory_bytes`), so the budget sees it. It walks the slices
+    in the order plans keep (`reduction.slice_order`), so it sorts nothing whole.
     """
     p = prepared_of(t)
     parents = p.parents
     if parents is None:
         sl = slices_of(t)
-        parents = p.parents = spill(t.scratch, "parents", direct_parents(sl.track, sl.start, sl.end))
+        found = direct_parents(sl.track, sl.start, sl.end, slice_order(t))
+        parents = p.parents = spill(t.scratch, "parents", found)
     return parents
