@@ -116,7 +116,7 @@ export function buildModel(doc) {
   const sFlag = [];
   // Summary args, flat (a Map of small objects would cost ~300 bytes of JS heap
   // per summary; level 1 of a 2 M-event trace has 144,000 of them).
-  const sum = {k: [], count: [], topStart: [0], topName: [], topCount: []};
+  const sum = {k: [], count: [], topStart: [0], topName: [], topCount: [], busyStart: [0], busy: []};
   const beByTrack = new Map();
   const series = new Map();
   const inst = {ts: [], name: [], k: [], owner: []}; // owner: track id, or -1 - procIndex, or GLOBAL
@@ -238,6 +238,7 @@ export function buildModel(doc) {
     summaries: {
       k: Int32Array.from(sum.k), count: Float64Array.from(sum.count), topStart: Int32Array.from(sum.topStart),
       topName: Uint32Array.from(sum.topName), topCount: Float64Array.from(sum.topCount), size: sum.k.length,
+      busyStart: Int32Array.from(sum.busyStart), busy: Uint8Array.from(sum.busy),
     },
     instants,
     counters,
@@ -309,16 +310,40 @@ function addSummary(sum, k, args, names) {
     }
   }
   sum.topStart.push(sum.topName.length);
+  // args.busy: per bucket the summary touches, how busy its folded slices keep it, in
+  // tenths ("0".."9"); anything else there is ignored (no shading).
+  if (typeof a.busy === 'string' && /^[0-9]+$/.test(a.busy)) {
+    for (let j = 0; j < a.busy.length; j += 1) sum.busy.push(a.busy.charCodeAt(j) - 48);
+  }
+  sum.busyStart.push(sum.busy.length);
 }
 
-/** A summary slice's {count, top: [[name, count], …]} by its event index k, or null. */
-export function summaryInfo(model, k) {
+/** Index of the summary slice with event index k in `model.summaries`, or -1. */
+export function summaryIndex(model, k) {
   const sm = model.summaries;
   const i = lowerBound(sm.k, k, 0, sm.size);
-  if (i >= sm.size || sm.k[i] !== k) return null;
+  return i < sm.size && sm.k[i] === k ? i : -1;
+}
+
+/**
+ * A summary slice's {count, top: [[name, count], …], busy} by its event index k, or null;
+ * busy: the mean of its buckets' busy shares (0–1, from args.busy), or null when it has none.
+ */
+export function summaryInfo(model, k) {
+  const sm = model.summaries;
+  const i = summaryIndex(model, k);
+  if (i < 0) return null;
   const top = [];
   for (let j = sm.topStart[i]; j < sm.topStart[i + 1]; j += 1) top.push([model.names[sm.topName[j]], sm.topCount[j]]);
-  return {count: sm.count[i], top};
+  const a = sm.busyStart[i];
+  const b = sm.busyStart[i + 1];
+  let busy = null;
+  if (b > a) {
+    let total = 0;
+    for (let j = a; j < b; j += 1) total += sm.busy[j] + 0.5; // a digit d says d to d+1 tenths
+    busy = total / (10 * (b - a));
+  }
+  return {count: sm.count[i], top, busy};
 }
 
 function hasSeries(series, p) {

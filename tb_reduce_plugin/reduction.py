@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .busy import busy_digits
 from .errors import TraceError
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .mapped import spill
@@ -44,6 +45,10 @@ class Summaries:
     top_offsets: np.ndarray
     top_name: np.ndarray
     top_count: np.ndarray
+    # Summary k's busy share per bucket it touches, as ASCII digits (`busy.busy_digits`):
+    # busy[busy_offsets[k]:busy_offsets[k + 1]], empty for one within a bucket. None: not made.
+    busy_offsets: Optional[np.ndarray] = None
+    busy: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -70,7 +75,7 @@ class Plan:
 def _no_summaries() -> Summaries:
     z = np.zeros(0)
     return Summaries(z.astype(np.int32), z, z, z.astype(np.int64), np.zeros(1, dtype=np.int64),
-                     z.astype(np.int64), z.astype(np.int64))
+                     z.astype(np.int64), z.astype(np.int64), np.zeros(1, dtype=np.int64), z.astype(np.uint8))
 
 
 def check_window(start_us: Optional[float], end_us: Optional[float]) -> None:
@@ -208,6 +213,7 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow)
+    _add_busy(summaries, sl, overlaps & ~kept_slice, bk, st.slice_order, grow)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
@@ -320,6 +326,23 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         bounds = _promote_straddlers(sl, kept, chunks)
         _fold_track(sl, kept, bounds, bk, rank, chunks, out)
     return kept, out.summaries()
+
+
+def _add_busy(s: Summaries, sl: SliceTable, folded: np.ndarray, bk: _Buckets, slice_order: np.ndarray,
+              grow: Optional[Grow]) -> None:
+    """Give the summaries their busy digits (`busy.busy_digits`), reading the folded
+    slices of each track by start, a chunk at a time, as the fold did."""
+    step = max(1, CHUNK_SLICES // 4)  # the pass holds some 4 times the fold's temporaries a slice
+
+    def tracks():
+        for lo, hi in _track_runs(sl.track, slice_order):
+            def chunks(lo: int = lo, hi: int = hi):
+                for a in range(lo, hi, step):
+                    yield slice_order[a:min(a + step, hi)]
+            yield int(sl.track[slice_order[lo]]), chunks
+
+    s.busy_offsets, s.busy = busy_digits(sl, lambda idx: folded[idx], bk.t0, bk.t1, bk.theta, bk.clipped,
+                                         s.track, s.start, s.end, tracks(), grow)
 
 
 def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:

@@ -141,14 +141,24 @@ def summary_events(plan: Plan, tracks: list, names: list) -> list[bytes]:
         pid, tid = tracks[trk]
         track_json[trk] = f'"pid":{dumps(pid).decode()},"tid":{dumps(tid).decode()}'
     out = []
-    rows = zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), firsts, offsets, offsets[1:])
-    for trk, start, end, count, first, a, b in rows:
+    busy = _busy_texts(s)
+    rows = zip(s.track.tolist(), s.start.tolist(), s.end.tolist(), s.count.tolist(), firsts, offsets, offsets[1:], busy)
+    for trk, start, end, count, first, a, b, shape in rows:
         more = f' (+{count - 1} more)"' if count > 1 else '"'
         out.append(
             f'{{"ph":"X","cat":"{SUMMARY_CAT}","name":{label_json[first]}{more},{track_json[trk]},"ts":{start!r},'
-            f'"dur":{end - start!r},"args":{{"count":{count},"top":[{",".join(pairs[a:b])}]}}}}'.encode()
+            f'"dur":{end - start!r},"args":{{"count":{count},"top":[{",".join(pairs[a:b])}]{shape}}}}}'.encode()
         )
     return out
+
+
+def _busy_texts(s: Any) -> list[str]:
+    """Per summary, its `"busy"` member (`busy.py`) with the comma before it, or nothing."""
+    if s.busy is None:
+        return [""] * len(s)
+    text = s.busy.tobytes().decode("ascii")
+    at = s.busy_offsets.tolist()
+    return [f',"busy":"{text[a:b]}"' if b > a else "" for a, b in zip(at, at[1:])]
 
 
 def _name(n: Any) -> str:

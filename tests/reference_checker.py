@@ -479,6 +479,26 @@ class Window:
         return self.t0 <= t <= self.t1
 
 
+def _busy_tenths(slices: list[Slice], win: Window, first: int, n: int) -> list[int]:
+    """Per bucket first..first+n-1, the share of it the union of `slices` (clipped to the
+    window) covers, in tenths rounded down, at most 9."""
+    spans = sorted((max(s.ts, win.t0), min(s.end, win.t1)) for s in slices)
+    union: list[list[float]] = []
+    for a, b in spans:
+        if b <= a:
+            continue
+        if union and a <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], b)
+        else:
+            union.append([a, b])
+    covered = [0.0] * n
+    for a, b in union:
+        for k in range(max(first, win.bucket(a)), min(first + n - 1, win.bucket(b)) + 1):
+            lo, hi = win.t0 + k * win.theta, win.t0 + (k + 1) * win.theta
+            covered[k - first] += max(0.0, min(b, hi) - max(a, lo))
+    return [min(9, math.floor(c * 10 / win.theta)) for c in covered]
+
+
 def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Union of integer ranges, adjacent ones joined (they are sets of buckets)."""
     out: list[list[int]] = []
@@ -831,7 +851,13 @@ class _Reduction:
             assert k in e, f"{where} has no {k!r}"
         ts, dur, args = e["ts"], e["dur"], e["args"]
         assert _num(ts) and _num(dur) and dur >= 0, f"{where}: ts/dur must be numbers, dur >= 0"
-        assert isinstance(args, dict) and set(args) == {"count", "top"}, f"{where}: args must be exactly count and top"
+        assert isinstance(args, dict) and set(args) in ({"count", "top"}, {"count", "top", "busy"}), (
+            f"{where}: args must be exactly count and top, and busy when it spans buckets"
+        )
+        busy = args.get("busy")
+        assert busy is None or (isinstance(busy, str) and busy.isascii() and busy.isdigit()), (
+            f"{where}: args.busy must be a string of digits, not {_short(busy)}"
+        )
         count, top = args["count"], args["top"]
         assert isinstance(count, int) and not isinstance(count, bool) and count >= 1, f"{where}: bad args.count"
         assert isinstance(top, list) and 1 <= len(top) <= 5, f"{where}: args.top must hold 1–5 entries"
@@ -1309,6 +1335,30 @@ class _Reduction:
         if strict is not None:
             b = _first_not_covered([strict], *folded_buckets)
             assert b is None, f"{where}: touches bucket {b} that none of its folded slices touches"
+        self._check_busy(sm, d, p, where)
+
+    def _check_busy(self, sm: _Summary, d: list[Slice], p: list[Slice], where: Any) -> None:
+        """args.busy: one digit per bucket the summary touches (present when it touches two
+        or more), each the share of that bucket its folded slices keep busy in tenths,
+        their union counted once. Digits may differ by one from this computation (time
+        sums in another order, a slice shared with a neighbour, a time on a bucket edge)."""
+        win = self.win
+        busy = sm.event["args"].get("busy")
+        strict, loose = win.span_buckets(sm.ts, sm.end)
+        spans = loose[1] - loose[0] + 1
+        if busy is None:
+            assert strict is None or strict[0] == strict[1], f"{where}: spans buckets {strict} but has no args.busy"
+            return
+        first = win.bucket(max(sm.ts, win.t0))
+        assert 2 <= len(busy) <= spans and first + len(busy) - 1 <= win.last, (
+            f"{where}: args.busy has {len(busy)} digits for buckets {loose}"
+        )
+        low, high = _busy_tenths(d, win, first, len(busy)), _busy_tenths(d + p, win, first, len(busy))
+        for k, digit in enumerate(busy):
+            assert low[k] - 1 <= int(digit) <= high[k] + 1, (
+                f"{where}: args.busy digit {k} (bucket {first + k}) is {digit}; its folded slices keep "
+                f"{low[k]}-{high[k]} tenths of it busy"
+            )
 
     # ------------------------------------------------------------ occupancy
 

@@ -51,12 +51,27 @@ def synthetic_trace() -> dict:
     return {"traceEvents": ev}
 
 
+SHAPE_RUN = "shape"
+
+
+def dense_then_sparse_trace() -> dict:
+    """One second of one thread's 9 µs slices: every 10 µs for the first half (90 % busy),
+    every 100 µs for the second (9 %). No bucket is idle at any level, so the whole view
+    folds them into one summary; only its busy digits tell the halves apart."""
+    ev = [{"ph": "X", "pid": 1, "tid": 1, "ts": t, "dur": 9, "name": f"work{t % 3}"}
+          for t in list(range(0, 500_000, 10)) + list(range(500_000, 1_000_000, 100))]
+    return {"traceEvents": ev}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("tracks")
     run = root / "logdir" / RUN
     run.mkdir(parents=True)
     (run / f"{HOST}.pt.trace.json").write_text(json.dumps(synthetic_trace()))
+    shape = root / "logdir" / SHAPE_RUN
+    shape.mkdir()
+    (shape / f"{HOST}.pt.trace.json").write_text(json.dumps(dense_then_sparse_trace()))
     tb = TensorBoardServer(root / "logdir", root / "cache")
     try:
         yield tb
@@ -403,3 +418,48 @@ def test_waveform_hover_describes_a_step_and_a_click_selects_it(page, server):
     w7 = page.evaluate("() => T.tl.locate('waveform', 7)")
     assert w7 and abs(w7["x"] - page.evaluate("() => T.tl.gutter + T.tl.plotWidth() / 2")) < 1.5
     shot(page, "waveform_zoomed_to_step")
+
+
+def test_a_summary_over_work_that_thins_out_is_shaded_darker_where_it_is_busier(page, server):
+    """The whole view at level 4 holds one summary for the thread; its fill is darker over
+    the busy half than over the sparse one, and the tooltip and details say how busy it is."""
+    page.goto(server.plugin_url(f"view?{urlencode({'run': SHAPE_RUN, 'host': HOST, 'level': '4'})}"))
+    wait_loaded(page)
+    page.evaluate(HELPERS)
+    row = page.evaluate("""() => {
+      const {tl, common: C} = T, m = tl.model, s = m.slices;
+      const sums = [...Array(s.count).keys()].filter((i) => s.flags[i] & 1);
+      if (sums.length !== 1) return {summaries: sums.length};
+      const i = sums[0];
+      const sm = m.summaries, j = sm.k.indexOf(s.k[i]);
+      const digits = Array.from(sm.busy.slice(sm.busyStart[j], sm.busyStart[j + 1]));
+      const a = T.abs(s.ts[i]), b = a + s.dur[i];
+      return {summaries: 1, digits, y: T.rowTop('track', s.rowTrack[s.row[i]]) + s.depth[i] * C.ROW_H + 1 + C.SLICE_H / 2,
+              x0: T.xOf(a), x1: T.xOf(b), xMid: T.xOf((a + b) / 2)};
+    }""")
+    assert row["summaries"] == 1, row
+    digits = row["digits"]
+    assert len(digits) == 1000 and min(digits[:495]) >= 8 and max(digits[505:]) <= 1, digits[490:510]  # 90 %, 9 %
+
+    def lightness(x_from: float, x_to: float) -> float:
+        """Mean luminance of the summary's row between two x (canvas px)."""
+        return page.evaluate("""([x0, x1, y]) => {
+          const {data} = T.pixels(x0, y - 2, x1 - x0, 4);
+          let total = 0;
+          for (let k = 0; k < data.length; k += 4) total += 0.2126 * data[k] + 0.7152 * data[k + 1] + 0.0722 * data[k + 2];
+          return total / (data.length / 4);
+        }""", [x_from, x_to, row["y"]])
+
+    width = row["x1"] - row["x0"]
+    busy, sparse = lightness(row["x0"] + 0.1 * width, row["x0"] + 0.4 * width), \
+        lightness(row["x0"] + 0.6 * width, row["x0"] + 0.9 * width)
+    assert busy < sparse - 25, (busy, sparse)
+    tip = hover(page, row["x0"] + 0.25 * width, row["y"])
+    assert tip and any(line.startswith("busy ") and line.endswith("% of its span (darker: busier)") for line in tip), tip
+    mean = sum(d + 0.5 for d in digits) / (10 * len(digits))
+    assert f"busy {round(mean * 100)}% of its span (darker: busier)" in tip
+    shot(page, "summary_busy_shading")
+    c = page.evaluate("([x, y]) => T.client(x, y)", [row["x0"] + 0.25 * width, row["y"]])
+    page.mouse.click(c["x"], c["y"])
+    page.wait_for_selector(".tbr-summary-busy")
+    assert f"{round(mean * 100)}% busy on average" in page.inner_text(".tbr-summary-busy")

@@ -1,5 +1,6 @@
 // Slices: one row per thread track (nested slices, one line per depth), coloured
-// by name, summary slices hatched. Owns the layout rows of kind 'track'.
+// by name, summary slices hatched and shaded by how busy each bucket they span is (their
+// args.busy, see busy.py). Owns the layout rows of kind 'track'.
 //
 // Per row only the slices in the view are visited (binary search: slices never
 // overlap within a (track, depth) row, so starts and ends are both sorted), and
@@ -8,7 +9,7 @@
 import {colorForName} from '../color.js';
 import {showControls} from '../dom.js';
 import {formatCount, formatDuration} from '../format.js';
-import {FLAG_SUMMARY, lowerBound, summaryInfo} from '../model.js';
+import {FLAG_SUMMARY, lowerBound, summaryIndex, summaryInfo} from '../model.js';
 import {COLORS, EMPTY_TRACK_H, LABEL_MIN_PX, ROW_H, RULER_H, SLICE_H, THEME, TRACK_PAD, defineTrack, fitLabel, fitText, shortForms} from './common.js';
 
 /** y (canvas px) of a slice row's middle, or null when its track is not laid out (flows draw to it). */
@@ -107,6 +108,7 @@ export const sliceTrack = defineTrack({
     if (s.flags[i] & FLAG_SUMMARY) {
       const info = summaryInfo(m, s.k[i]) || {count: 0, top: []};
       lines.push(['tbr-tip-summary', `${formatCount(info.count)} events folded here (summary slice)`]);
+      if (info.busy !== null) lines.push(['', `busy ${Math.round(info.busy * 100)}% of its span (darker: busier)`]);
       for (const [name, count] of info.top) lines.push(['tbr-tip-top', `${formatCount(count)} × ${name}`]);
       lines.push(['tbr-tip-hint', 'zoom in to see them']);
     }
@@ -182,7 +184,7 @@ function drawRow(tl, st, f, row, y) {
       const x1 = Math.min(xa + w, right + 2);
       if (summary) {
         ctx.fillStyle = COLORS.summary;
-        ctx.fillRect(x0, y, x1 - x0, SLICE_H);
+        if (!drawBusy(tl, f, i, x0, x1, y)) ctx.fillRect(x0, y, x1 - x0, SLICE_H);
         ctx.fillStyle = st.hatch;
         ctx.fillRect(x0, y, x1 - x0, SLICE_H);
         style = null;
@@ -214,6 +216,65 @@ function drawRow(tl, st, f, row, y) {
       i = j;
     }
   }
+}
+
+// Opacity of a summary's fill for a bucket busy 0–10 % (digit 0) … 90–100 % (digit 9).
+const BUSY_ALPHA_MIN = 0.18;
+
+/**
+ * Fills summary slice i over [x0, x1] bucket by bucket, opaque as the bucket is busy
+ * (its args.busy digits; buckets narrower than a pixel averaged per pixel column).
+ * False when the summary has no digits or the view has no bucket grid: then it is filled
+ * plain, as before. The fill style is set by the caller.
+ */
+function drawBusy(tl, f, i, x0, x1, y) {
+  const {ctx} = tl;
+  const {m, X0, scale, vs} = f;
+  const theta = m.tb ? m.tb.bucket_us : null;
+  const r = m.tb ? m.tb.resolution : null;
+  if (!(theta > 0) || !(r >= 1)) return false;
+  const s = m.slices;
+  const j = summaryIndex(m, s.k[i]);
+  if (j < 0) return false;
+  const sm = m.summaries;
+  const a = sm.busyStart[j];
+  const n = sm.busyStart[j + 1] - a;
+  if (n < 2) return false;
+  // Its first digit is the bucket of its start, as the server counts buckets (window start = origin).
+  const first = Math.min(r - 1, Math.max(0, Math.floor(Math.max(s.ts[i], 0) / theta)));
+  const kFrom = Math.max(0, Math.floor((vs + (x0 - X0) / scale) / theta) - first);
+  const kTo = Math.min(n - 1, Math.floor((vs + (x1 - X0) / scale) / theta) - first);
+  let px = -1;
+  let total = 0;
+  let count = 0;
+  const flush = (until) => {
+    if (count === 0) return;
+    ctx.globalAlpha = BUSY_ALPHA_MIN + (1 - BUSY_ALPHA_MIN) * (total / count + 0.5) / 10;
+    ctx.fillRect(px, y, Math.max(1, until - px), SLICE_H);
+  };
+  for (let k = kFrom; k <= kTo; k += 1) {
+    const xa = Math.max(x0, X0 + ((first + k) * theta - vs) * scale);
+    const xb = Math.min(x1, X0 + ((first + k + 1) * theta - vs) * scale);
+    if (xb <= xa) continue;
+    const p = Math.floor(xa);
+    if (p !== px) {
+      flush(p);
+      px = p;
+      total = 0;
+      count = 0;
+    }
+    total += sm.busy[a + k];
+    count += 1;
+    if (xb - p >= 1) { // the bucket reaches past this column: draw it through, start afresh
+      flush(xb);
+      px = Math.floor(xb);
+      total = 0;
+      count = 0;
+    }
+  }
+  flush(x1);
+  ctx.globalAlpha = 1;
+  return true;
 }
 
 /**
