@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 from isal import isal_zlib
 
-from . import FORMAT_VERSION, mapped, objectstore
+from . import FORMAT_VERSION, OUTPUT_REVISION, mapped, objectstore
 from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_digest
 from .chrome_json import ChromeJsonEvents
@@ -397,7 +397,7 @@ class TraceService:
     @staticmethod
     def _digest(tf: TraceFile, level: Level, start_us: Optional[float], end_us: Optional[float],
                 drop_args: bool, resolution: Optional[int] = None) -> str:
-        parts: list = ["trace", FORMAT_VERSION, "input_index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns,
+        parts: list = ["trace", FORMAT_VERSION, OUTPUT_REVISION, "input_index", tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns,
                        level, start_us, end_us, drop_args]
         if resolution is not None:
             parts.append(["resolution", resolution])

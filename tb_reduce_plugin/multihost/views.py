@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 
 import orjson
 
-from .. import FORMAT_VERSION
+from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..cache import MemoryBody, key_digest
 from ..errors import NotFound, ObjectStoreError, TraceError
 from ..gate import ServerBusy
@@ -134,7 +134,7 @@ class MergedViews:
     def digest(self, files: list, level: Any, start_us: Optional[float], end_us: Optional[float],
                drop_args: bool, resolution: Optional[int], lanes: Sequence[bool] = ()) -> str:
         hosts = [[rank, tf.host, tf.path, tf.dev, tf.ino, tf.bytes, tf.mtime_ns] for rank, tf in files]
-        parts: list = ["merged", FORMAT_VERSION, hosts, level, start_us, end_us, drop_args, resolution]
+        parts: list = ["merged", FORMAT_VERSION, OUTPUT_REVISION, hosts, level, start_us, end_us, drop_args, resolution]
         if any(lanes):
             parts.append(["lanes", [i for i, lane in enumerate(lanes) if not lane]])
         return key_digest(parts)

@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 from isal import igzip, isal_zlib
 
-from .. import FORMAT_VERSION
+from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..cache import Body, MemoryBody, key_digest
 from ..discovery import TraceFile
 from ..levels import ArgsPolicy
@@ -100,7 +100,7 @@ class ProfileTabAnswers:
 
     def view(self, tf: TraceFile, ask: Ask) -> Answer:
         resolution = min(ask.resolution, MAX_RESOLUTION)
-        digest = key_digest(["xprof-view", FORMAT_VERSION, FORM_VERSION, tf.path, tf.dev, tf.ino, tf.bytes,
+        digest = key_digest(["xprof-view", FORMAT_VERSION, OUTPUT_REVISION, FORM_VERSION, tf.path, tf.dev, tf.ino, tf.bytes,
                              tf.mtime_ns, ask.host, resolution, ask.start_ms, ask.end_ms])
         entry = self.service.disk.open(digest)
         if entry is not None and entry.body is not None:
