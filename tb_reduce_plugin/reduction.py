@@ -26,7 +26,7 @@ from .busy import busy_digits
 from .errors import TraceError
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .mapped import spill
-from .model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable
+from .model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable, ph_in
 from .prepared import prepared_of
 from .slices import SliceTable, build_slices
 
@@ -201,7 +201,7 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     if level == 0:
         whole = start_us is None and end_us is None
         keep[~has_ts] = True
-        keep |= in_window & ~np.isin(t.ph, (PH_X, PH_B, PH_E))
+        keep |= in_window & ~ph_in(t.ph, (PH_X, PH_B, PH_E))
         keep[sl.event[overlaps]] = True
         keep[sl.partner[overlaps & (sl.partner >= 0)]] = True
         if not whole:  # flows are written whole: inside the window, or bound to kept slices
@@ -257,8 +257,8 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
         always = np.zeros(len(t), dtype=bool)
         always[t.ph == PH_M] = True
         always[sl.unpaired] = True
-        always[~has_ts & ~np.isin(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
-        handled = np.isin(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
+        always[~has_ts & ~ph_in(t.ph, FLOW_PHASES)] = True  # a flow needs a time to bind
+        handled = ph_in(t.ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)
         order = spill(t.scratch, "slice_order", _track_start_order(sl))
         st = p.static = _Static(has_ts, always, handled, order)
     return st
@@ -558,7 +558,7 @@ def _counter_keep(t: EventTable, bk: _Buckets) -> np.ndarray:
 
 def _instant_keep(t: EventTable, in_window: np.ndarray, bk: _Buckets) -> np.ndarray:
     """Per scope (thread, process or global) and bucket, the first instant."""
-    idx = np.flatnonzero(np.isin(t.ph, INSTANT_PHASES) & in_window)
+    idx = np.flatnonzero(ph_in(t.ph, INSTANT_PHASES) & in_window)
     if len(idx) == 0:
         return idx
     kind = t.scope[idx].astype(np.int64)

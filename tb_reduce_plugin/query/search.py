@@ -28,7 +28,7 @@ import re2
 
 from ..errors import BadQuery, TraceError
 from ..mapped import spill
-from ..model import INSTANT_PHASES, EventTable
+from ..model import INSTANT_PHASES, EventTable, ph_in
 from ..prepared import prepared_of
 from ..reduction import check_window, slices_of
 from ..slices import SliceTable
@@ -171,7 +171,7 @@ def searchable_of(t: EventTable) -> _Searchable:
 
 
 def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
-    inst = np.flatnonzero(np.isin(t.ph, INSTANT_PHASES) & ~np.isnan(t.ts))
+    inst = np.flatnonzero(ph_in(t.ph, INSTANT_PHASES) & ~np.isnan(t.ts))
     event = np.concatenate((sl.event.astype(np.int64), inst))
     ts = np.concatenate((sl.start, t.ts[inst]))
     order = np.lexsort((event, ts))
