@@ -1,4 +1,4 @@
-"""How busy each bucket of a summary slice is: the shape of the work it folds.
+"""How busy each bucket under a summary slice is: the shape of the work it folds.
 
 A summary covers a run of busy buckets of one track (SPEC G3). In a long trace seen
 whole, that run can be the whole trace: a thread busy for 800 s in steps of 100 ms,
@@ -6,99 +6,83 @@ with gaps shorter than a 0.5 s bucket, is one summary, and the view says nothing
 where its work thins out or stops. So a summary that touches two buckets or more
 carries `args.busy`: one character per bucket it touches, from the bucket of its start
 to the bucket of its end, the share of that bucket its folded slices keep busy, in
-tenths (`"0"` under 10 %, `"9"` 90 % and more). The dashboard shades the summary by it;
-other viewers show it among the args.
+tenths (`"0"` under 10 %, `"9"` 90 % and more). The dashboard shades the
+summary by it; other viewers show it among the args.
 
-Busy time is the union of the folded slices (nested or overlapping slices count once),
-split at bucket edges. Slices are taken by track in order of start, a chunk at a time,
-with the running end carried between chunks: each slice adds the part of it that
-starts past every slice before it, so the parts never overlap. A folded slice is
-shorter than a bucket, so its part lies in one bucket or two. The sums are made in that
-order, one part at a time (`np.add.at`), so the digits are the same whatever the chunk.
+Busy time is the union of the summary's folded slices inside the window (nested or
+overlapping slices count once). The fold (`reduction._fold_track`) reads a track's
+folded slices in order of start, a chunk at a time, with the latest end so far: each
+slice adds its part past that end, so the parts never overlap and come in time order.
+A folded slice is shorter than a bucket, so its part lies in one bucket or two. Sums
+are made one part at a time in that order (`np.add.at`), the open summary's sums
+carried into the next chunk and added to first, so the digits do not depend on the
+chunk. What the fold holds beyond a chunk is the open summary's sums: one per bucket
+it spans, no more than the digits it will write.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Optional
 
 import numpy as np
 
-from .slices import SliceTable
-
 DIGITS = 10  # "0".."9"
 ZERO = ord("0")
+# Parts added at once: the temporaries stay some 1-2 MB, within what a plan's chunk is charged.
+BATCH = 16384
 
 
-def busy_digits(sl: SliceTable, folded: Callable[[np.ndarray], np.ndarray], t0: float, t1: float, theta: float,
-                bucket: Callable[[np.ndarray], np.ndarray], track: np.ndarray, start: np.ndarray,
-                end: np.ndarray, tracks: Iterable[tuple[int, Callable[[], Iterable[np.ndarray]]]],
-                grow: Optional[Callable[[int], None]] = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per summary (columns `track`, `start`, `end`, sorted by track then start), its
-    digits as flat arrays: `busy[offsets[k]:offsets[k + 1]]` (ASCII), empty for a summary
-    within one bucket.
+def group_busy(lo: np.ndarray, hi: np.ndarray, group: np.ndarray, first: np.ndarray, last: np.ndarray,
+               carried: Optional[np.ndarray], t0: float, t1: float, theta: float,
+               last_bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Busy time per bucket of each group of one chunk: sums (group j's buckets
+    `first[j]..last[j]` at [offsets[j], offsets[j + 1])) and offsets.
 
-    `bucket(t)`: the bucket of each time, clipped to the window [t0, t1];
-    `tracks`: (track id, chunks) per track, chunks giving the track's slices by start;
-    `folded(idx)`: which of those slices the summaries fold; `grow(n)`: told of the bytes
-    the result will hold before it holds them.
+    `lo`, `hi`: the part of each folded slice no slice before it covers (its start or the
+    latest end before it, whichever is later; its end); `group`: its group, ascending.
+    `carried`: the sums group 0 holds from earlier chunks (it goes on from there), which
+    are added to first, so each bucket's sum is made in the order of the parts.
     """
-    first, last = bucket(start), bucket(end)
-    size = np.where(last > first, last - first + 1, 0)
-    offsets = np.zeros(len(start) + 1, dtype=np.int64)
-    np.cumsum(size, out=offsets[1:])
-    if grow is not None:
-        grow(9 * int(offsets[-1]) + offsets.nbytes)  # the sums, then their digits
-    busy = np.zeros(int(offsets[-1]))
-    if len(busy):
-        for trk, chunks in tracks:
-            lo, hi = np.searchsorted(track, trk, "left"), np.searchsorted(track, trk, "right")
-            if not size[lo:hi].any():
-                continue  # no summary of this track spans two buckets: nothing to read
-            _add_track(sl, folded, t0, t1, theta, bucket, start[lo:hi], first[lo:hi], size[lo:hi],
-                       offsets[lo:hi], chunks, busy)
-    digits = np.minimum(np.floor(busy * (DIGITS / theta)), DIGITS - 1).astype(np.uint8) + np.uint8(ZERO)
-    return offsets, digits
+    span = last - first + 1
+    offsets = np.zeros(len(first) + 1, dtype=np.int64)
+    np.cumsum(span, out=offsets[1:])
+    sums = np.zeros(int(offsets[-1]))
+    if carried is not None:
+        sums[:len(carried)] = carried
+    base = offsets[:-1] - first
+    for a in range(0, len(lo), BATCH):  # in order: the sums are the same whatever the batch
+        _add_parts(sums, base, lo[a:a + BATCH], hi[a:a + BATCH], group[a:a + BATCH], t0, t1, theta, last_bucket)
+    return sums, offsets
 
 
-def _add_track(sl: SliceTable, folded: Callable[[np.ndarray], np.ndarray], t0: float, t1: float, theta: float,
-               bucket: Callable[[np.ndarray], np.ndarray], start: np.ndarray, first: np.ndarray,
-               size: np.ndarray, offsets: np.ndarray, chunks: Callable[[], Iterable[np.ndarray]],
-               busy: np.ndarray) -> None:
-    """Add one track's busy time to the buckets of its summaries (in `busy`)."""
-    run_end = -np.inf  # the latest end of the track's folded slices so far
-    for idx in chunks():
-        idx = idx[folded(idx)]
-        if not len(idx):
-            continue
-        lo, hi = sl.start[idx], sl.end[idx]  # copies: worked on in place
-        del idx
-        before = np.maximum.accumulate(hi)
-        reach = float(before[-1])
-        before[1:] = before[:-1]
-        before[0] = run_end
-        np.maximum(before, run_end, out=before)  # the latest end of the slices before each
-        run_end = max(run_end, reach)
-        np.maximum(lo, before, out=lo)  # its part no earlier slice covers...
-        del before
-        np.clip(lo, t0, t1, out=lo)  # ...in the window
-        np.clip(hi, t0, t1, out=hi)
-        part = np.flatnonzero(hi > lo)
-        lo, hi = lo[part], hi[part]
-        del part
-        g = np.maximum(np.searchsorted(start, lo, "right") - 1, 0)  # its summary: the last starting at or before it
-        spans = np.flatnonzero(size[g] > 0)
-        g, lo, hi = g[spans], lo[spans], hi[spans]
-        del spans
-        b0, b1 = bucket(lo), bucket(hi)
-        at = np.empty(2 * len(g), dtype=np.int64)  # each part's head, then its tail (0 when not split)
-        at[0::2] = offsets[g] + np.clip(b0 - first[g], 0, size[g] - 1)
-        at[1::2] = offsets[g] + np.clip(b1 - first[g], 0, size[g] - 1)
-        del g, b0
-        edge = t0 + b1 * theta
-        split = at[1::2] != at[0::2]
-        del b1
-        time = np.empty(2 * len(lo))
-        time[0::2] = np.where(split, np.maximum(edge - lo, 0.0), hi - lo)
-        time[1::2] = np.where(split, np.maximum(hi - edge, 0.0), 0.0)
-        del lo, hi, edge, split
-        np.add.at(busy, at, time)
+def _add_parts(sums: np.ndarray, base: np.ndarray, lo: np.ndarray, hi: np.ndarray, g: np.ndarray,
+               t0: float, t1: float, theta: float, last_bucket: int) -> None:
+    """Add parts [lo, hi) of groups `g` to `sums` (`base[j]`: where group j's bucket 0
+    would sit); an empty part (hi <= lo) adds 0. Buckets are counted as
+    `reduction._Buckets.of` counts them: floor((t - t0) / theta), at most the last."""
+    lo, hi = np.clip(lo, t0, t1), np.clip(hi, t0, t1)
+    b0 = np.minimum(((lo - t0) / theta).astype(np.int64), last_bucket)  # t >= t0: truncation is floor
+    b1 = np.minimum(((hi - t0) / theta).astype(np.int64), last_bucket)
+    at = np.empty(2 * len(g), dtype=np.int64)  # each part's head, then its tail (0 when not split)
+    start = base[g]
+    np.add(start, b0, out=at[0::2])
+    np.add(start, b1, out=at[1::2])
+    del start
+    np.clip(at, 0, len(sums) - 1, out=at)  # a part lies in its group's buckets; never write past them
+    edge = t0 + b1 * theta
+    whole = hi > lo
+    split = whole & (b1 > b0)
+    time = np.empty(2 * len(g))
+    time[0::2] = np.where(whole, np.maximum(np.where(split, edge, hi) - lo, 0.0), 0.0)
+    time[1::2] = np.where(split, np.maximum(hi - edge, 0.0), 0.0)
+    np.add.at(sums, at, time)
+
+
+def digits_of(sums: np.ndarray, span: np.ndarray, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The `args.busy` digits (ASCII) of groups whose sums lie back to back, `span[j]`
+    buckets each: per group, its digits' count (0 for a group within one bucket) and the
+    digits of all."""
+    count = np.where(span >= 2, span, 0)
+    wide = np.repeat(span >= 2, span)
+    digits = np.minimum(np.floor(sums[wide] * (DIGITS / theta)), DIGITS - 1).astype(np.uint8)
+    return count, digits + np.uint8(ZERO)

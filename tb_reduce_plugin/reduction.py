@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .busy import busy_digits
+from .busy import digits_of, group_busy
 from .errors import TraceError
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .mapped import spill
@@ -45,7 +45,7 @@ class Summaries:
     top_offsets: np.ndarray
     top_name: np.ndarray
     top_count: np.ndarray
-    # Summary k's busy share per bucket it touches, as ASCII digits (`busy.busy_digits`):
+    # Summary k's busy share per bucket it touches, as ASCII digits (`busy.py`):
     # busy[busy_offsets[k]:busy_offsets[k + 1]], empty for one within a bucket. None: not made.
     busy_offsets: Optional[np.ndarray] = None
     busy: Optional[np.ndarray] = None
@@ -213,7 +213,6 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow)
-    _add_busy(summaries, sl, overlaps & ~kept_slice, bk, st.slice_order, grow)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
@@ -328,23 +327,6 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
     return kept, out.summaries()
 
 
-def _add_busy(s: Summaries, sl: SliceTable, folded: np.ndarray, bk: _Buckets, slice_order: np.ndarray,
-              grow: Optional[Grow]) -> None:
-    """Give the summaries their busy digits (`busy.busy_digits`), reading the folded
-    slices of each track by start, a chunk at a time, as the fold did."""
-    step = max(1, CHUNK_SLICES // 4)  # the pass holds some 4 times the fold's temporaries a slice
-
-    def tracks():
-        for lo, hi in _track_runs(sl.track, slice_order):
-            def chunks(lo: int = lo, hi: int = hi):
-                for a in range(lo, hi, step):
-                    yield slice_order[a:min(a + step, hi)]
-            yield int(sl.track[slice_order[lo]]), chunks
-
-    s.busy_offsets, s.busy = busy_digits(sl, lambda idx: folded[idx], bk.t0, bk.t1, bk.theta, bk.clipped,
-                                         s.track, s.start, s.end, tracks(), grow)
-
-
 def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:
     """Keep the small slices of a track that straddle a boundary of a kept one, to a
     fixpoint (each pass with the boundaries of the one before); the kept boundaries."""
@@ -375,6 +357,8 @@ class _OpenGroup:
     count: int
     names: np.ndarray  # distinct name ids
     counts: np.ndarray  # how many of its slices bear each
+    busy_first: int  # the bucket of its start...
+    busy: np.ndarray  # ...and from there, its slices' busy time per bucket (`busy.group_busy`)
 
 
 class _SummaryParts:
@@ -391,17 +375,22 @@ class _SummaryParts:
         self.offsets: list = [np.zeros(1, dtype=np.int64)]
         self.top_name: list = []
         self.top_count: list = []
-        self.n = self.ntop = 0
+        self.busy_offsets: list = [np.zeros(1, dtype=np.int64)]
+        self.busy: list = []
+        self.n = self.ntop = self.nbusy = 0
 
     def add(self, track: int, start: np.ndarray, end: np.ndarray, count: np.ndarray,
-            g: np.ndarray, name: np.ndarray, cnt: np.ndarray, rank: np.ndarray) -> None:
+            g: np.ndarray, name: np.ndarray, cnt: np.ndarray, rank: np.ndarray,
+            busy_span: np.ndarray, busy_sums: np.ndarray, theta: float) -> None:
         """Completed summaries of `track`, with their names' counts as triples (group
-        0..len-1 of this batch, name id, count), one per distinct (group, name)."""
+        0..len-1 of this batch, name id, count), one per distinct (group, name), and their
+        busy time per bucket (`busy_span[j]` buckets each, back to back in `busy_sums`)."""
         if len(start) == 0:
             return
         offsets, top_name, top_count = _top_of_counts(g, name, cnt, rank, len(start))
+        ndigits, digits = digits_of(busy_sums, busy_span, theta)
         if self.grow is not None:
-            self.grow(2 * (len(start) * (4 + 8 + 8 + 8 + 8) + top_name.nbytes + top_count.nbytes))
+            self.grow(2 * (len(start) * (4 + 8 + 8 + 8 + 8 + 8) + top_name.nbytes + top_count.nbytes + digits.nbytes))
         self.track.append(np.full(len(start), track, dtype=np.int32))
         self.start.append(start)
         self.end.append(end)
@@ -409,12 +398,16 @@ class _SummaryParts:
         self.offsets.append(offsets[1:] + self.ntop)
         self.top_name.append(top_name)
         self.top_count.append(top_count)
+        self.busy_offsets.append(np.cumsum(ndigits) + self.nbusy)
+        self.busy.append(digits)
         self.n += len(start)
         self.ntop += len(top_name)
+        self.nbusy += len(digits)
 
-    def add_open(self, track: int, grp: _OpenGroup, rank: np.ndarray) -> None:
+    def add_open(self, track: int, grp: _OpenGroup, rank: np.ndarray, theta: float) -> None:
         self.add(track, np.array([grp.start]), np.array([grp.end]), np.array([grp.count], dtype=np.int64),
-                 np.zeros(len(grp.names), dtype=np.int64), grp.names, grp.counts, rank)
+                 np.zeros(len(grp.names), dtype=np.int64), grp.names, grp.counts, rank,
+                 np.array([len(grp.busy)]), grp.busy, theta)
 
     def summaries(self) -> Summaries:
         if self.n == 0:
@@ -422,7 +415,8 @@ class _SummaryParts:
         return Summaries(track=np.concatenate(self.track), start=np.concatenate(self.start),
                          end=np.concatenate(self.end), count=np.concatenate(self.count),
                          top_offsets=np.concatenate(self.offsets), top_name=np.concatenate(self.top_name),
-                         top_count=np.concatenate(self.top_count))
+                         top_count=np.concatenate(self.top_count), busy_offsets=np.concatenate(self.busy_offsets),
+                         busy=np.concatenate(self.busy) if self.busy else np.zeros(0, dtype=np.uint8))
 
 
 def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Buckets, rank: np.ndarray,
@@ -448,42 +442,59 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
             (bk.clipped(cand) > bk.clipped(prev_end) + 1)  # an idle bucket between
             | _bound_between(bounds, prev_end, cand, open_interval=False)  # a kept boundary
         )
-        del prev_end, cand
+        del cand
+        part = ss.copy()  # what each adds to the busy time: from its start or the latest end before it
+        np.maximum(part[at:], prev_end, out=part[at:])
+        del prev_end
         run_end = float(se.max()) if run_end is None else max(run_end, float(se.max()))
         first = new.copy()
         first[0] = True
         seg = np.flatnonzero(first)  # this chunk's parts of summaries; the first may go on the open one
         seg_start, seg_end = ss[seg], np.maximum.reduceat(se, seg)
         seg_count = np.diff(np.append(seg, len(small)))
+        group = np.cumsum(first) - 1
+        busy_first, busy_last = bk.clipped(seg_start), bk.clipped(seg_end)
+        carried = None
+        if not new[0]:  # the open summary goes on: its buckets, and the busy time it has
+            assert grp is not None
+            busy_first[0] = grp.busy_first
+            busy_last[0] = bk.clipped(np.array([max(grp.end, float(seg_end[0]))]))[0]
+            carried = grp.busy
+        sums, at_sums = group_busy(part, se, group, busy_first, busy_last, carried, bk.t0, bk.t1, bk.theta,
+                                   bk.r - 1)
+        del part
+        span = busy_last - busy_first + 1
         nm = sl.name[small].astype(np.int64)
         nn = int(nm.max()) + 1
-        combo, cnt = np.unique((np.cumsum(first) - 1) * nn + nm, return_counts=True)
+        combo, cnt = np.unique(group * nn + nm, return_counts=True)
         g, nm = combo // nn, combo % nn
-        del combo
+        del combo, group
         if not new[0]:  # the chunk goes on with the open summary
-            assert grp is not None
             head = g == 0
             names, inv = np.unique(np.concatenate((grp.names, nm[head])), return_inverse=True)
             grp = _OpenGroup(grp.start, max(grp.end, float(seg_end[0])), grp.count + int(seg_count[0]), names,
                              np.bincount(inv, weights=np.concatenate((grp.counts, cnt[head])),
-                                         minlength=len(names)).astype(np.int64))
+                                         minlength=len(names)).astype(np.int64),
+                             grp.busy_first, sums[:at_sums[1]])
             g, nm, cnt = g[~head], nm[~head], cnt[~head]
             done = 1
         else:
             if grp is not None:
-                out.add_open(track, grp, rank)
+                out.add_open(track, grp, rank, bk.theta)
             done = 0
         last = len(seg) - 1
         if last >= done:  # summaries done..last-1 are complete; the last stays open
             if grp is not None and done:
-                out.add_open(track, grp, rank)
+                out.add_open(track, grp, rank, bk.theta)
             in_last = g == last
             out.add(track, seg_start[done:last], seg_end[done:last], seg_count[done:last],
-                    g[~in_last] - done, nm[~in_last], cnt[~in_last], rank)
+                    g[~in_last] - done, nm[~in_last], cnt[~in_last], rank,
+                    span[done:last], sums[at_sums[done]:at_sums[last]], bk.theta)
             grp = _OpenGroup(float(seg_start[last]), float(seg_end[last]), int(seg_count[last]),
-                             nm[in_last], cnt[in_last].astype(np.int64))
+                             nm[in_last], cnt[in_last].astype(np.int64), int(busy_first[last]),
+                             sums[at_sums[last]:].copy())
     if grp is not None:
-        out.add_open(track, grp, rank)
+        out.add_open(track, grp, rank, bk.theta)
 
 
 def _track_runs(track: np.ndarray, slice_order: np.ndarray, chunk: int = 1 << 20) -> list[tuple[int, int]]:

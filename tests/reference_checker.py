@@ -479,9 +479,8 @@ class Window:
         return self.t0 <= t <= self.t1
 
 
-def _busy_tenths(slices: list[Slice], win: Window, first: int, n: int) -> list[int]:
-    """Per bucket first..first+n-1, the share of it the union of `slices` (clipped to the
-    window) covers, in tenths rounded down, at most 9."""
+def _busy_per_bucket(slices: list[Slice], win: Window) -> dict[int, float]:
+    """Per bucket, the time the union of `slices` (clipped to the window) covers in it."""
     spans = sorted((max(s.ts, win.t0), min(s.end, win.t1)) for s in slices)
     union: list[list[float]] = []
     for a, b in spans:
@@ -491,12 +490,12 @@ def _busy_tenths(slices: list[Slice], win: Window, first: int, n: int) -> list[i
             union[-1][1] = max(union[-1][1], b)
         else:
             union.append([a, b])
-    covered = [0.0] * n
+    covered: dict[int, float] = defaultdict(float)
     for a, b in union:
-        for k in range(max(first, win.bucket(a)), min(first + n - 1, win.bucket(b)) + 1):
+        for k in range(win.bucket(a), win.bucket(b) + 1):
             lo, hi = win.t0 + k * win.theta, win.t0 + (k + 1) * win.theta
-            covered[k - first] += max(0.0, min(b, hi) - max(a, lo))
-    return [min(9, math.floor(c * 10 / win.theta)) for c in covered]
+            covered[k] += max(0.0, min(b, hi) - max(a, lo))
+    return covered
 
 
 def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1271,9 +1270,9 @@ class _Reduction:
             t: (r, [lo for lo, _ in r]) for t, r in merged.items()
         }
         for sm in self.summaries:
-            self._check_one_summary(
-                sm, definite.get(id(sm), []), possible.get(id(sm), []), folded_buckets.get(sm.track, ([], []))
-            )
+            d, p = definite.get(id(sm), []), possible.get(id(sm), [])
+            self._check_one_summary(sm, d, p, folded_buckets.get(sm.track, ([], [])))
+            self._check_busy(sm, d, p)
 
     def _check_summary_order(self, by_track: dict[tuple, list[_Summary]]) -> None:
         """Summaries are sorted by track and ts: one contiguous run per track, ts ascending."""
@@ -1335,13 +1334,14 @@ class _Reduction:
         if strict is not None:
             b = _first_not_covered([strict], *folded_buckets)
             assert b is None, f"{where}: touches bucket {b} that none of its folded slices touches"
-        self._check_busy(sm, d, p, where)
 
-    def _check_busy(self, sm: _Summary, d: list[Slice], p: list[Slice], where: Any) -> None:
+    def _check_busy(self, sm: _Summary, d: list[Slice], p: list[Slice]) -> None:
         """args.busy: one digit per bucket the summary touches (present when it touches two
         or more), each the share of that bucket its folded slices keep busy in tenths,
-        their union counted once. Digits may differ by one from this computation (time
-        sums in another order, a slice shared with a neighbour, a time on a bucket edge)."""
+        their union counted once. A digit may differ by one from this computation (times
+        summed in another order, a time on a bucket's edge), and lie between the share of
+        the slices surely its own and that with those it may share with a neighbour."""
+        where = _Where(f"G3: summary #{sm.pos}", sm.event)
         win = self.win
         busy = sm.event["args"].get("busy")
         strict, loose = win.span_buckets(sm.ts, sm.end)
@@ -1353,11 +1353,12 @@ class _Reduction:
         assert 2 <= len(busy) <= spans and first + len(busy) - 1 <= win.last, (
             f"{where}: args.busy has {len(busy)} digits for buckets {loose}"
         )
-        low, high = _busy_tenths(d, win, first, len(busy)), _busy_tenths(d + p, win, first, len(busy))
+        low, high = _busy_per_bucket(d, win), _busy_per_bucket(d + p, win)
         for k, digit in enumerate(busy):
-            assert low[k] - 1 <= int(digit) <= high[k] + 1, (
+            want = [min(9, math.floor(b.get(first + k, 0.0) * 10 / win.theta)) for b in (low, high)]
+            assert want[0] - 1 <= int(digit) <= want[1] + 1, (
                 f"{where}: args.busy digit {k} (bucket {first + k}) is {digit}; its folded slices keep "
-                f"{low[k]}-{high[k]} tenths of it busy"
+                f"{want[0]}-{want[1]} tenths of it busy"
             )
 
     # ------------------------------------------------------------ occupancy

@@ -202,7 +202,7 @@ def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_
                 tracemalloc.stop()
             summaries = sum(getattr(p.summaries, f).nbytes for f in ("track", "start", "end", "count",
                                                                        "top_offsets", "top_name", "top_count"))
-            busy = 9 * p.summaries.busy.nbytes + p.summaries.busy_offsets.nbytes  # their sums, then digits
+            busy = 10 * p.summaries.busy.nbytes + 2 * p.summaries.busy_offsets.nbytes  # sums, digits, joined
             held = p.keep.nbytes + 2 * summaries + busy  # the output, charged apart (kept events; summaries as made)
             assert peak <= charged + held, (kind, level, peak, charged, held)
 
