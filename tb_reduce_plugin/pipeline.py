@@ -240,7 +240,10 @@ def choose_level(index: TraceIndex, start_us: Optional[float], end_us: Optional[
         if p is None:  # more events than the budget: this level cannot be the one
             continue
         keeps_args = args_policy(level) is not ArgsPolicy.DROP
-        size = index.estimated_bytes(p.keep, None if keeps_args else 200.0) + 220.0 * len(p.summaries)
+        busy = p.summaries.busy
+        size = (index.estimated_bytes(p.keep, None if keeps_args else 200.0) + 220.0 * len(p.summaries)
+                + (len(busy) + 10.0 * int(np.count_nonzero(np.diff(p.summaries.busy_offsets))) if busy is not None
+                   else 0.0))  # the summaries' busy digits, and `,"busy":""` for each that has them
         if p.events <= budget_events and size <= budget_bytes:
             break
     assert p is not None
