@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -194,3 +195,62 @@ def test_a_real_tensorboard_whose_stored_index_is_cut_keeps_serving_right_answer
     for window, status, body in answers:
         assert status == 200
         assert body == _body(fresh.reduction("run", host, 1, window["start_us"], window["end_us"]))
+
+
+def _host_task(trace: Path, store_dir: Optional[str], level: int):
+    from tb_reduce_plugin.multihost import tasks
+
+    st = os.stat(trace)
+    return tasks.HostTask(str(trace), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), level=level,
+                          memory_bytes=1 << 30, index_dir=store_dir)
+
+
+def test_a_workers_stored_index_cut_while_idle_is_dropped_and_its_host_reduced_from_the_trace(big_trace, tmp_path):
+    """Workers of merged views map the server's stored indexes too: they check them as the
+    server does, so a cut file is neither read (zeros, or SIGBUS without the guard) nor kept."""
+    from tb_reduce_plugin.index.store import IndexStore
+    from tb_reduce_plugin.multihost import tasks
+    from tb_reduce_plugin.pipeline import index_file
+
+    store = IndexStore(str(tmp_path / "cache" / "index"), 1 << 34)
+    store.save(index_file(big_trace))
+    first = tasks.reduce_host_task(_host_task(big_trace, store.directory, 2))
+    assert first.error is None and json_of(first.meta)["index"] == "stored"
+    assert _cut_every_mapped_file(tmp_path / "cache") >= 3
+    again = tasks.reduce_host_task(_host_task(big_trace, store.directory, 2))  # the worker still holds the index
+    assert again.error is None and json_of(again.meta)["index"] == "parsed"
+    assert gzip.decompress(again.body) == gzip.decompress(first.body)
+    assert tasks._store(store.directory).info().damaged == 1
+    clock = tasks.host_clock_task(_host_task(big_trace, store.directory, 2))
+    assert clock.error is None and (clock.start_us, clock.end_us) == (again.clock.start_us, again.clock.end_us)
+
+
+def test_a_workers_index_cut_in_the_middle_of_a_task_throws_its_result_away_and_reduces_again(
+        big_trace, tmp_path, monkeypatch):
+    from tb_reduce_plugin.index.store import IndexStore
+    from tb_reduce_plugin.multihost import tasks
+    from tb_reduce_plugin.pipeline import index_file
+
+    store = IndexStore(str(tmp_path / "cache" / "index"), 1 << 34)
+    store.save(index_file(big_trace))
+    want = tasks.reduce_host_task(_host_task(big_trace, None, 1))  # no store: from the trace
+    monkeypatch.setattr(tasks, "_state", None)  # a worker that holds no index yet
+    real = tasks.reduce_index
+    cuts = []
+
+    def cut_then_reduce(idx, *args, **kwargs):
+        if idx.extra.get("stored_index") and not cuts:
+            cuts.append(_cut_every_mapped_file(tmp_path / "cache"))
+        return real(idx, *args, **kwargs)
+
+    monkeypatch.setattr(tasks, "reduce_index", cut_then_reduce)
+    got = tasks.reduce_host_task(_host_task(big_trace, store.directory, 1))
+    assert cuts and cuts[0] >= 3
+    assert got.error is None and json_of(got.meta)["index"] == "parsed"
+    assert gzip.decompress(got.body) == gzip.decompress(want.body)
+
+
+def json_of(meta: bytes) -> dict:
+    import json
+
+    return json.loads(meta)

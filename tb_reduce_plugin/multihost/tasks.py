@@ -27,12 +27,12 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
-from .. import FORMAT_VERSION, __version__
+from .. import FORMAT_VERSION, __version__, mapped
 from ..budget import MB, MemoryBudget
 from ..cache import IndexCache
-from ..errors import ObjectStoreError, TraceError
+from ..errors import IndexDamaged, ObjectStoreError, TraceError
 from ..index.store import IndexStore, default_index_bytes, indexed
 from ..pipeline import TraceIndex, index_file, reduce_index
 from ..reduction import default_window
@@ -145,6 +145,30 @@ def _index(task: HostTask) -> TraceIndex:
     return idx
 
 
+T = TypeVar("T")
+
+
+def _on_index(task: HostTask, fn: Callable[[TraceIndex], T]) -> T:
+    """`fn` on the task's index, checked before and after as the server checks its own
+    (`TraceService._check_intact`): a stored index with a file cut while in use (a shrunk
+    file, or a guarded read that met zeros) is dropped from this worker and from the
+    store, what was read from it thrown away, and the work done again from the trace, once."""
+    key = (task.path, task.identity)
+    for _ in range(2):
+        idx = _index(task)
+        before = mapped.faults()
+        if mapped.shrunk(idx.arrays()) is None and not idx.damaged:
+            out = fn(idx)
+            if mapped.shrunk(idx.arrays()) is None and mapped.faults() == before and not idx.damaged:
+                return out
+        idx.damaged = True
+        _worker_state(task.memory_bytes).indexes.discard_where(lambda k: k == key)
+        store = _store(task.index_dir)
+        if store is not None:
+            store.discard(idx)
+    raise IndexDamaged(f"the stored index of {os.path.basename(task.path)} was cut on disk while in use; try again")
+
+
 _stores: dict[str, Optional[IndexStore]] = {}
 
 
@@ -169,7 +193,7 @@ def _check_version(task: HostTask) -> Optional[str]:
 
 def _passing(exc: BaseException) -> bool:
     """Whether a task's error may be gone next time: anything but the trace's own content."""
-    return not isinstance(exc, TraceError) or isinstance(exc, ObjectStoreError)
+    return not isinstance(exc, TraceError) or isinstance(exc, (ObjectStoreError, IndexDamaged))
 
 
 def _reason(exc: BaseException, task: HostTask) -> str:
@@ -191,9 +215,7 @@ def host_clock_task(task: HostTask) -> ClockResult:
     if wrong:
         return ClockResult(error=wrong, passing=True)
     try:
-        idx = _index(task)
-        t0, t1 = default_window(idx.table)
-        c = host_clock(idx.metadata, t0, t1)
+        c = _on_index(task, lambda idx: host_clock(idx.metadata, *default_window(idx.table)))
     except (TraceError, OSError, MemoryError) as exc:
         return ClockResult(error=_reason(exc, task), passing=_passing(exc))
     return ClockResult(c.origin_ns, c.source, c.start_us, c.end_us)
@@ -206,8 +228,8 @@ def reduce_host_task(task: HostTask) -> HostResult:
     if wrong:
         return HostResult(error=wrong, worker=worker, passing=True)
     state = _worker_state(task.memory_bytes)
-    try:
-        idx = _index(task)
+
+    def reduce_on(idx: TraceIndex) -> tuple[dict, bytes, Any]:
         out = io.BytesIO()
         with state.budget.account(f"reducing {os.path.basename(task.path)}") as account:
             try:
@@ -219,11 +241,13 @@ def reduce_host_task(task: HostTask) -> HostResult:
                     idx.settle_memory()
                 except TraceError:
                     pass
+        return stats, out.getvalue(), host_clock(idx.metadata, *default_window(idx.table))
+
+    try:
+        stats, body, c = _on_index(task, reduce_on)
         stats["input"]["file"] = os.path.basename(task.path)
         stats["worker"] = worker
-        t0, t1 = default_window(idx.table)
-        c = host_clock(idx.metadata, t0, t1)
     except (TraceError, OSError, MemoryError) as exc:
         return HostResult(error=_reason(exc, task), worker=worker, passing=_passing(exc))
-    return HostResult(json.dumps(stats, separators=(",", ":")).encode(), out.getvalue(), None, worker,
+    return HostResult(json.dumps(stats, separators=(",", ":")).encode(), body, None, worker,
                       ClockResult(c.origin_ns, c.source, c.start_us, c.end_us))
