@@ -1253,8 +1253,78 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
     return PyLong_FromSsize_t(n);
 }
 
+/* ---- busy parts: a plan's busy time per bucket (busy.py, `_add_parts`) -------------- */
+
+PyDoc_STRVAR(busy_parts_doc,
+"busy_parts(sums, base, lo, hi, group, t0, t1, theta, last_bucket) -> int\n\n"
+"Adds each part [lo[i], hi[i]) (clipped to [t0, t1]) of group[i] to float64 `sums`, at\n"
+"base[group[i]] + its bucket (floor((t - t0) / theta), at most last_bucket), split at a\n"
+"bucket's edge, head then tail, in order: busy.py's numpy twin, to the bit. Returns -1\n"
+"when done, or, changing nothing, the first i whose times are not finite or whose group\n"
+"is not in base (the caller takes the numpy path).");
+
+static PyObject *busy_parts(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bsums, bbase, blo, bhi, bg;
+    double t0, t1, theta;
+    long long last_bucket;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*y*dddL", &bsums, &bbase, &blo, &bhi, &bg, &t0, &t1, &theta, &last_bucket))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = blo.len / 8, nsums = bsums.len / 8, ngroups = bbase.len / 8, bad = -1;
+    if (bsums.len % 8 || bbase.len % 8 || blo.len % 8 || bhi.len != blo.len || bg.len != blo.len || nsums == 0 ||
+        !(theta > 0) || !isfinite(t0) || !isfinite(t1) || last_bucket < 0) {
+        PyErr_SetString(PyExc_ValueError, "busy_parts: arrays or window do not match");
+        goto done;
+    }
+    double *sums = bsums.buf;
+    const int64_t *base = bbase.buf, *g = bg.buf;
+    const double *lo = blo.buf, *hi = bhi.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++)  /* check first: a refused call changes nothing */
+        if (!isfinite(lo[i]) || !isfinite(hi[i]) || g[i] < 0 || g[i] >= ngroups) bad = i;
+    if (bad < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double a = lo[i], b = hi[i];
+            if (a < t0) a = t0;
+            if (a > t1) a = t1;
+            if (b < t0) b = t0;
+            if (b > t1) b = t1;
+            int64_t b0 = (int64_t)((a - t0) / theta), b1 = (int64_t)((b - t0) / theta);  /* >= 0: truncation is floor */
+            if (b0 > last_bucket) b0 = last_bucket;
+            if (b1 > last_bucket) b1 = last_bucket;
+            double edge = t0 + (double)b1 * theta;
+            int whole = b > a, split = whole && b1 > b0;
+            double head = 0.0, tail = 0.0;
+            if (whole) {
+                head = (split ? edge : b) - a;
+                if (!(head >= 0.0)) head = 0.0;
+            }
+            if (split) {
+                tail = b - edge;
+                if (!(tail >= 0.0)) tail = 0.0;
+            }
+            int64_t at0 = base[g[i]] + b0, at1 = base[g[i]] + b1;
+            at0 = at0 < 0 ? 0 : (at0 >= nsums ? nsums - 1 : at0);
+            at1 = at1 < 0 ? 0 : (at1 >= nsums ? nsums - 1 : at1);
+            sums[at0] += head;
+            sums[at1] += tail;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(bad);
+done:
+    PyBuffer_Release(&bsums);
+    PyBuffer_Release(&bbase);
+    PyBuffer_Release(&blo);
+    PyBuffer_Release(&bhi);
+    PyBuffer_Release(&bg);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
+    {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {NULL, NULL, 0, NULL},

@@ -26,6 +26,8 @@ from typing import Optional
 
 import numpy as np
 
+from .native import scanner_module
+
 DIGITS = 10  # "0".."9"
 ZERO = ord("0")
 # Parts added at once: the temporaries stay some 1-2 MB, within what a plan's chunk is charged.
@@ -50,6 +52,12 @@ def group_busy(lo: np.ndarray, hi: np.ndarray, group: np.ndarray, first: np.ndar
     if carried is not None:
         sums[:len(carried)] = carried
     base = offsets[:-1] - first
+    native = scanner_module()
+    if native is not None and len(sums) and native.busy_parts(
+            sums, np.ascontiguousarray(base, dtype=np.int64), np.ascontiguousarray(lo, dtype=np.float64),
+            np.ascontiguousarray(hi, dtype=np.float64), np.ascontiguousarray(group, dtype=np.int64),
+            float(t0), float(t1), float(theta), int(last_bucket)) < 0:
+        return sums, offsets  # done natively, to the bit as below (it refuses, changing nothing, what it cannot do)
     for a in range(0, len(lo), BATCH):  # in order: the sums are the same whatever the batch
         _add_parts(sums, base, lo[a:a + BATCH], hi[a:a + BATCH], group[a:a + BATCH], t0, t1, theta, last_bucket)
     return sums, offsets

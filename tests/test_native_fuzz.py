@@ -136,3 +136,59 @@ def test_mutated_trace_files_index_to_the_same_table_or_the_same_error_both_ways
         assert diff is None, f"seed {seed}, case {cases}: {diff}\n{body[:300]!r}"
         cases += 1
     assert cases > 10
+
+
+def _busy_case(rng: random.Random) -> tuple:
+    """A window, groups of buckets, and parts as a fold makes them (times in time order,
+    each within a bucket or two), with odd ones mixed in: empty and reversed parts, parts
+    past the window's ends, times on bucket edges, huge and tiny buckets."""
+    r = rng.choice([1, 2, 7, 1000, 100_000])
+    t0 = rng.choice([0.0, 1.5, 1.42e12, -3e5])
+    theta = rng.choice([1e-3, 0.37, 1.0, 4343.374335161133, 1e6]) * (1 + rng.random())
+    t1 = t0 + r * theta
+    ngroups = rng.randint(1, 6)
+    first = sorted(rng.randrange(r) for _ in range(ngroups))
+    last = [f + rng.randint(0, min(3, r - 1 - f)) for f in first]
+    n = rng.randint(0, 400)
+    lo, hi, group = [], [], []
+    t = t0 - theta * rng.random()
+    for _ in range(n):
+        t += theta * rng.choice([0.0, 0.01, 0.3, 1.0, 2.5]) * rng.random()
+        if rng.random() < 0.05:
+            t = t0 + theta * rng.randint(0, r)  # exactly on an edge
+        d = theta * rng.choice([0.0, 0.1, 0.99, 1.0]) * rng.random()
+        lo.append(t)
+        hi.append(t + d if rng.random() > 0.05 else t - d)
+        group.append(min(ngroups - 1, len(group) * ngroups // max(n, 1)))
+    f, la = np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64)
+    return np.asarray(lo), np.asarray(hi), np.asarray(group, dtype=np.int64), f, la, t0, t1, theta, r - 1
+
+
+def test_busy_time_per_bucket_is_the_same_to_the_bit_natively_and_in_numpy(monkeypatch) -> None:
+    """`busy.group_busy` with the native loop against its numpy twin, on random folds for
+    a share of the fuzzing budget; a case the native loop refuses (a non-finite time, a
+    group out of range) goes to the numpy path and changes nothing first."""
+    from tb_reduce_plugin import busy
+
+    seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    deadline = time.monotonic() + max(1.0, BUDGET_S / 4)
+    cases = 0
+    while time.monotonic() < deadline or cases < 200:
+        case = _busy_case(rng)
+        carried = np.asarray([rng.random() * case[7] for _ in range(rng.randint(0, 2))]) if rng.random() < 0.5 else None
+        if carried is not None and len(carried) > case[4][0] - case[3][0] + 1:
+            carried = carried[:1]
+        monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+        a = busy.group_busy(*case[:5], carried, *case[5:])
+        monkeypatch.setenv("TB_REDUCE_NATIVE", "0")
+        b = busy.group_busy(*case[:5], carried, *case[5:])
+        assert np.array_equal(a[1], b[1]) and a[0].tobytes() == b[0].tobytes(), (seed, cases)
+        cases += 1
+    sums = np.zeros(4)
+    monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+    mod = native_module.scanner_module()
+    for lo, g in ((np.array([np.nan]), np.array([0])), (np.array([1.0]), np.array([5]))):
+        assert mod.busy_parts(sums, np.zeros(1, dtype=np.int64), lo, lo + 1, g.astype(np.int64),
+                              0.0, 4.0, 1.0, 3) == 0
+    assert not sums.any()
