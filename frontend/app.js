@@ -1253,7 +1253,7 @@ class Dashboard {
       setChildren(body,
         el('p', {}, `${formatCount(summary.count)} events folded here (a summary slice: they were each narrower than one bucket at this level).`),
         summary.busy === null ? null
-          : el('p', {class: 'tbr-summary-busy'}, `They keep its span ${Math.round(summary.busy * 100)}% busy on average; the shading shows where (darker: busier).`),
+          : el('p', {class: 'tbr-summary-busy'}, `They keep its span ${Math.round(summary.busy * 100)}% busy on average; the shading shows where (more solid: busier).`),
         el('table', {class: 'tbr-top'}, el('tr', {}, el('th', {}, 'count'), el('th', {}, 'name')),
           summary.top.map(([n, c]) => el('tr', {}, el('td', {}, formatCount(c)), el('td', {}, n)))),
         el('button', {type: 'button', class: 'tbr-button', onclick: () => {

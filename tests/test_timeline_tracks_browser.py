@@ -455,11 +455,21 @@ def test_a_summary_over_work_that_thins_out_is_shaded_darker_where_it_is_busier(
         lightness(row["x0"] + 0.6 * width, row["x0"] + 0.9 * width)
     assert busy < sparse - 25, (busy, sparse)
     tip = hover(page, row["x0"] + 0.25 * width, row["y"])
-    assert tip and any(line.startswith("busy ") and line.endswith("% of its span (darker: busier)") for line in tip), tip
+    assert tip and any(line.startswith("busy ") and line.endswith("% of its span (more solid: busier)") for line in tip), tip
     mean = sum(d + 0.5 for d in digits) / (10 * len(digits))
-    assert f"busy {round(mean * 100)}% of its span (darker: busier)" in tip
+    assert f"busy {round(mean * 100)}% of its span (more solid: busier)" in tip
     shot(page, "summary_busy_shading")
     c = page.evaluate("([x, y]) => T.client(x, y)", [row["x0"] + 0.25 * width, row["y"]])
     page.mouse.click(c["x"], c["y"])
     page.wait_for_selector(".tbr-summary-busy")
     assert f"{round(mean * 100)}% busy on average" in page.inner_text(".tbr-summary-busy")
+
+    # Dark: the fill is lighter than the background, so busier is lighter: "more solid" either way.
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function("() => document.querySelector('.tbr-app').dataset.theme === 'dark'")
+    page.evaluate("() => T.tl.draw()")
+    busy, sparse = lightness(row["x0"] + 0.1 * width, row["x0"] + 0.4 * width), \
+        lightness(row["x0"] + 0.6 * width, row["x0"] + 0.9 * width)
+    assert busy > sparse + 10, (busy, sparse)
+    shot(page, "summary_busy_shading_dark")
+    page.emulate_media(color_scheme="light")

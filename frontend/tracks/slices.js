@@ -108,7 +108,7 @@ export const sliceTrack = defineTrack({
     if (s.flags[i] & FLAG_SUMMARY) {
       const info = summaryInfo(m, s.k[i]) || {count: 0, top: []};
       lines.push(['tbr-tip-summary', `${formatCount(info.count)} events folded here (summary slice)`]);
-      if (info.busy !== null) lines.push(['', `busy ${Math.round(info.busy * 100)}% of its span (darker: busier)`]);
+      if (info.busy !== null) lines.push(['', `busy ${Math.round(info.busy * 100)}% of its span (more solid: busier)`]);
       for (const [name, count] of info.top) lines.push(['tbr-tip-top', `${formatCount(count)} × ${name}`]);
       lines.push(['tbr-tip-hint', 'zoom in to see them']);
     }
