@@ -7,15 +7,13 @@ written then: chunking must never change a byte of any plan.
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from oracle_traces import STALLED, TORCH_GPU, XSPACE, oracle_traces, write_trace
 
 from tb_reduce_plugin import reduction
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
@@ -33,11 +31,6 @@ from tb_reduce_plugin.pipeline import (
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduction import Summaries, default_window, name_rank, plan, slices_of
-
-CORPUS = ROOT.parent / "shared" / "corpus"
-TORCH_GPU = ROOT / "tests" / "fixtures" / "gpu" / "h200.1796405874008523308.pt.trace.json.gz"
-STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
-XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"
 
 
 def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, Summaries]:
@@ -98,20 +91,13 @@ def _windows(t) -> list[tuple]:
     return [(None, None), (d0 + 0.3 * w, d0 + 0.31 * w), (d0 + 0.1 * w, d0 + 0.7 * w)]
 
 
-def _traces() -> list[Path]:
-    found = [TORCH_GPU, STALLED, XSPACE]
-    if CORPUS.is_dir():
-        found += sorted(p for p in CORPUS.rglob("*") if p.is_file() and "CORRUPT" not in p.name
-                        and p.name.endswith((".json", ".json.gz", ".pb")))[:40]
-    return found
-
 
 @pytest.mark.parametrize("chunk", [1, 5, 997, 1 << 18])
 def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(monkeypatch, chunk) -> None:
     """Chunks of 1 and 5 slices on the traces small enough for a chunk of one slice to be
     quick; 997 (a chunk boundary in every long track) and the default on all."""
     compared = 0
-    for path in _traces():
+    for path in oracle_traces():
         try:
             idx = index_file(path)
         except Exception:  # a corpus file the readers refuse is the sweep's concern, not this one's
@@ -152,25 +138,20 @@ def test_busy_digits_read_in_chunks_of_any_size_are_those_of_one_pass(monkeypatc
     assert compared > 1000
 
 
-def _write_trace(path: Path, events: list[dict]) -> Path:
-    with gzip.open(path, "wt", compresslevel=1) as f:
-        json.dump({"traceEvents": events}, f)
-    return path
-
 
 def _kinds(tmp_path: Path, n: int) -> dict[str, Path]:
     rng = np.random.default_rng(7)
     ts = np.cumsum(rng.integers(1, 20, n)).astype(float).tolist()
     dur = rng.integers(1, 15, n).tolist()
     return {
-        "one track of slices": _write_trace(tmp_path / "x.json.gz", [
+        "one track of slices": write_trace(tmp_path / "x.json.gz", [
             {"ph": "X", "name": f"op{i % 300}", "pid": 1, "tid": 1, "ts": ts[i], "dur": dur[i]} for i in range(n)]),
-        "counters": _write_trace(tmp_path / "c.json.gz", [
+        "counters": write_trace(tmp_path / "c.json.gz", [
             {"ph": "C", "name": f"mem{i % 3}", "pid": 1, "tid": 1, "ts": ts[i], "args": {"a": i % 977, "b": i % 13}}
             for i in range(n)]),
-        "instants": _write_trace(tmp_path / "i.json.gz", [
+        "instants": write_trace(tmp_path / "i.json.gz", [
             {"ph": "i", "name": f"m{i % 50}", "pid": 1, "tid": i % 4, "ts": ts[i], "s": "t"} for i in range(n)]),
-        "flows": _write_trace(tmp_path / "f.json.gz", [
+        "flows": write_trace(tmp_path / "f.json.gz", [
             e for i in range(n // 2) for e in (
                 {"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": ts[i], "dur": 5},
                 {"ph": "s" if i % 2 == 0 else "f", "id": i // 2, "name": "f", "cat": "c", "pid": 1, "tid": 1,
@@ -227,7 +208,7 @@ def test_summaries_are_charged_as_they_are_made_and_a_window_whose_summaries_ove
     rng = np.random.default_rng(3)
     n = 60_000
     ts = np.cumsum(rng.integers(50, 80, n)).astype(float).tolist()
-    path = _write_trace(tmp_path / "sparse.json.gz", [
+    path = write_trace(tmp_path / "sparse.json.gz", [
         {"ph": "X", "name": f"op{i % 7}", "pid": 1, "tid": i % 64, "ts": ts[i], "dur": 1} for i in range(n)])
     idx = index_file(path)
     seen: list[int] = []

@@ -6,7 +6,6 @@ within what `working_bytes` charges, however long the trace.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import tracemalloc
@@ -15,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from oracle_traces import TORCH_GPU, oracle_traces, write_trace
 
 from tb_reduce_plugin import reduction
 from tb_reduce_plugin.model import EventTable
@@ -25,11 +24,6 @@ from tb_reduce_plugin.query.aggregate import DEFAULT_LIMIT, _longest_occurrence,
 from tb_reduce_plugin.query.nesting import parents_of
 from tb_reduce_plugin.query.search import name_text
 from tb_reduce_plugin.reduction import default_window, name_rank, slices_of
-
-CORPUS = ROOT.parent / "shared" / "corpus"
-TORCH_GPU = ROOT / "tests" / "fixtures" / "gpu" / "h200.1796405874008523308.pt.trace.json.gz"
-STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
-XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"
 
 
 def whole_table_aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[float] = None,
@@ -119,13 +113,6 @@ def whole_table_aggregate(t: EventTable, start_us: Optional[float] = None, end_u
 
 
 
-def _traces() -> list[Path]:
-    found = [TORCH_GPU, STALLED, XSPACE]
-    if CORPUS.is_dir():
-        found += sorted(p for p in CORPUS.rglob("*") if p.is_file() and "CORRUPT" not in p.name
-                        and p.name.endswith((".json", ".json.gz", ".pb")))[:40]
-    return found
-
 
 def _asks(t: EventTable) -> list[dict]:
     """The whole trace, a narrow window, a wide one; all tracks, one process, one thread."""
@@ -145,7 +132,7 @@ def _asks(t: EventTable) -> list[dict]:
 @pytest.fixture(scope="module")
 def tables() -> list[tuple[str, EventTable]]:
     found = []
-    for path in _traces():
+    for path in oracle_traces():
         try:
             found.append((path.name, index_file(path).table))
         except Exception:  # a corpus file the readers refuse is the sweep's concern, not this one's
@@ -170,11 +157,6 @@ def test_a_range_table_read_in_chunks_of_any_size_equals_the_table_of_whole_arra
     assert compared >= 3 * 18
 
 
-def _write_trace(path: Path, events: list[dict]) -> Path:
-    with gzip.open(path, "wt", compresslevel=1) as f:
-        json.dump({"traceEvents": events}, f)
-    return path
-
 
 def test_ties_for_the_longest_slice_across_chunks_keep_the_earliest_as_whole_arrays_do(tmp_path: Path) -> None:
     """Every slice as long as its name's longest, starts repeated across chunk edges, and
@@ -185,7 +167,7 @@ def test_ties_for_the_longest_slice_across_chunks_keep_the_earliest_as_whole_arr
     events = [{"ph": "X", "name": f"op{i % 7}", "pid": 1, "tid": i % 3, "ts": ts[i], "dur": 4.0} for i in range(n)]
     events += [{"ph": "B", "name": "pair", "pid": 1, "tid": 9, "ts": 1000.0 - i} for i in range(50)]
     events += [{"ph": "E", "pid": 1, "tid": 9, "ts": 2000.0 + i} for i in range(50)]
-    t = index_file(_write_trace(tmp_path / "ties.json.gz", events)).table
+    t = index_file(write_trace(tmp_path / "ties.json.gz", events)).table
     for chunk in (1, 2, 64, 1000):
         for ask in _asks(t):
             assert json.dumps(aggregate(t, chunk=chunk, **ask)) == json.dumps(whole_table_aggregate(t, **ask))
@@ -199,7 +181,7 @@ def _one_track(tmp_path: Path, n: int) -> EventTable:
     for i in range(0, n - 1, 2):
         events.append({"ph": "X", "name": f"op{i % 300}", "pid": 1, "tid": i % 4, "ts": ts[i], "dur": 30.0})
         events.append({"ph": "X", "name": f"k{i % 40}", "pid": 1, "tid": i % 4, "ts": ts[i] + 1, "dur": 3.0})
-    return index_file(_write_trace(tmp_path / "x.json.gz", events)).table
+    return index_file(write_trace(tmp_path / "x.json.gz", events)).table
 
 
 @pytest.mark.parametrize("chunk", [4096, None])
@@ -238,3 +220,35 @@ def test_the_children_time_of_a_spilled_table_is_a_scratch_file_gone_once_the_ta
     assert sorted(os.listdir(scratch)) == before  # the file was unlinked as soon as it was mapped
     assert json.dumps(got) == json.dumps(whole_table_aggregate(index_file(TORCH_GPU).table))
     assert query_aggregate.working_bytes(idx.table) < query_aggregate.working_bytes(index_file(TORCH_GPU).table)
+
+
+@pytest.mark.parametrize("fails", ["posix_fallocate", "open"])
+def test_a_full_or_read_only_scratch_disk_makes_the_table_in_memory_with_the_same_answer(
+        tmp_path: Path, monkeypatch, fails: str) -> None:
+    """No room for the children's time (ENOSPC at allocation), or no file at all (EROFS):
+    the table is made in memory, the same, and leaves no file behind."""
+    import builtins
+    import errno
+
+    from tb_reduce_plugin import mapped
+    from tb_reduce_plugin.index.store import IndexStore, parse_spilling
+
+    idx = parse_spilling(IndexStore(str(tmp_path / "cache"), 1 << 34), str(TORCH_GPU))
+    parents_of(idx.table)
+    before = sorted(os.listdir(idx.table.scratch))
+    if fails == "posix_fallocate":
+        def no_room(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(mapped.os, "posix_fallocate", no_room)
+    else:
+        real_open = builtins.open
+
+        def read_only(path, mode="r", *args, **kwargs):
+            if str(path).startswith(idx.table.scratch) and "x" in mode:
+                raise OSError(errno.EROFS, "Read-only file system")
+            return real_open(path, mode, *args, **kwargs)
+        monkeypatch.setattr(builtins, "open", read_only)
+    got = aggregate(idx.table)
+    monkeypatch.undo()
+    assert sorted(os.listdir(idx.table.scratch)) == before
+    assert json.dumps(got) == json.dumps(whole_table_aggregate(index_file(TORCH_GPU).table))

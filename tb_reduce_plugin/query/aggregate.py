@@ -100,10 +100,10 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
     """Per-name statistics of the slices overlapping [start_us, end_us] (all, when absent).
 
     Rows are sorted by wall time (then count, descending; then name); `other` sums the
-    rows past `limit`. The slices are read `chunk` (default `reduction.CHUNK_SLICES`) at a time, in three passes (children's
-    time onto parents; sums; each name's longest), so what the table holds beside the
-    trace's columns is per name, plus one number per slice (its children's time) kept in
-    a scratch file when the trace's columns are. Sums are added in slice order, one
+    rows past `limit`. The slices are read `chunk` (default `reduction.CHUNK_SLICES`) at a
+    time, in three passes (children's time onto parents; sums; each name's longest), so
+    what the table holds beside the trace's columns is per name, plus one number per slice
+    (its children's time) kept in a scratch file when the trace's columns are. Sums are added in slice order, one
     slice at a time (`np.add.at`), so they do not depend on the chunk.
     """
     window = check_aggregate(start_us, end_us, pid, tid, limit)
