@@ -403,25 +403,35 @@ class SpillFailed(Exception):
     """Writing the columns to disk failed (`TableBuilder(spill_dir=...)`): not the trace's fault."""
 
 
-class _ColumnFiles:
-    """The event table's columns written to `.npy` files block by block, then mapped."""
+class ColumnFiles:
+    """Columns written to `.npy` files block by block, then mapped: the event table's
+    (`SPILL_FILES`, the default) or any other set a parse makes as it reads (a Chrome
+    trace's event positions), so none of them is held whole in memory."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, files: Optional[dict[str, str]] = None,
+                 dtypes: Optional[dict[str, Any]] = None, what: str = "the event table") -> None:
         os.makedirs(folder, exist_ok=True)
         self.folder = folder
+        self._names = dict(files if files is not None else SPILL_FILES)
+        self._dtypes = dict(dtypes if dtypes is not None else SPILL_DTYPES)
+        self._what = what
         self._files = {}
-        for key, name in SPILL_FILES.items():
-            f = open(os.path.join(folder, name), "wb")
-            f.write(b"\0" * _NPY_HEADER)  # the header's place
-            self._files[key] = f
+        try:
+            for key, name in self._names.items():
+                f = open(os.path.join(folder, name), "wb")
+                self._files[key] = f
+                f.write(b"\0" * _NPY_HEADER)  # the header's place
+        except OSError as exc:
+            self.close()
+            raise SpillFailed(f"{what} could not be written to {folder}: {exc.strerror or exc}") from None
 
     def append(self, block: dict[str, np.ndarray]) -> None:
         try:
             for key, values in block.items():
-                np.ascontiguousarray(values, dtype=SPILL_DTYPES[key]).tofile(self._files[key])
+                np.ascontiguousarray(values, dtype=self._dtypes[key]).tofile(self._files[key])
         except OSError as exc:  # a full or failing disk: the caller reads again without spilling
             self.close()
-            raise SpillFailed(f"the event table could not be written to {self.folder}: {exc.strerror or exc}") from None
+            raise SpillFailed(f"{self._what} could not be written to {self.folder}: {exc.strerror or exc}") from None
 
     def finish(self, n: int) -> dict[str, np.ndarray]:
         """The columns, each mapped read-only (an empty one in memory: nothing to map)."""
@@ -431,14 +441,14 @@ class _ColumnFiles:
                 f.flush()
         except OSError as exc:
             self.close()
-            raise SpillFailed(f"the event table could not be written to {self.folder}: {exc.strerror or exc}") from None
+            raise SpillFailed(f"{self._what} could not be written to {self.folder}: {exc.strerror or exc}") from None
         for key, f in self._files.items():
             f.seek(0)
-            f.write(npy_header(SPILL_DTYPES[key], n))
+            f.write(npy_header(self._dtypes[key], n))
             f.close()
-            path = os.path.join(self.folder, SPILL_FILES[key])
+            path = os.path.join(self.folder, self._names[key])
             out[key] = (map_array(path) if n
-                        else np.zeros(0, dtype=SPILL_DTYPES[key]))
+                        else np.zeros(0, dtype=self._dtypes[key]))
         self._files = {}
         return out
 
@@ -449,6 +459,15 @@ class _ColumnFiles:
             except OSError:
                 pass
         self._files = {}
+
+    def discard(self) -> None:
+        """Closed and removed: what was written is not wanted (nothing is mapped yet)."""
+        self.close()
+        for name in self._names.values():
+            try:
+                os.unlink(os.path.join(self.folder, name))
+            except OSError:
+                pass
 
 
 class TableBuilder:
@@ -466,7 +485,7 @@ class TableBuilder:
         self._account = account
         columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope", "cat")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
-        self._spill = _ColumnFiles(spill_dir) if spill_dir is not None else None
+        self._spill = ColumnFiles(spill_dir) if spill_dir is not None else None
         self._last_track = np.zeros(0, dtype=np.int32)
         self._tracks = Interner()
         self._pids = Interner()

@@ -191,7 +191,8 @@ def index_file(
         if spill_dir is not None and isinstance(parsed.table.ts, np.memmap):
             parsed.table.scratch = spill_dir  # prepared state goes beside the columns, and with them
             positions = getattr(parsed.source, "positions", None)
-            if positions is not None:  # a Chrome trace's event positions too (12 B an event)
+            if positions is not None and not isinstance(positions.starts, np.memmap):
+                # event positions the reader held (12 B an event): written beside the columns
                 positions.starts = spill(spill_dir, "positions_starts", positions.starts)
                 positions.lengths = spill(spill_dir, "positions_lengths", positions.lengths)
         return TraceIndex(

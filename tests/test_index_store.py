@@ -583,7 +583,38 @@ def test_a_parse_that_writes_its_columns_to_disk_gives_what_a_parse_in_memory_gi
         assert reduced(spilled, level) == reduced(in_memory, level)
     columns = sum(getattr(in_memory.table, c).nbytes for c in ("ph", "ts", "dur", "track", "name", "flow_key",
                                                                  "bind_enclosing", "scope", "cat"))
+    a, b = in_memory.source.positions, spilled.source.positions
+    assert (a is None) == (b is None)
+    if a is not None:  # the events' positions in the file: written as they are read too, the same
+        assert isinstance(b.starts, np.memmap) and isinstance(b.lengths, np.memmap) or len(a.starts) == 0
+        assert np.array_equal(a.starts, b.starts) and np.array_equal(a.lengths, b.lengths)
+        assert (a.starts.dtype, a.lengths.dtype, a.crc, a.text_bytes) == (b.starts.dtype, b.lengths.dtype, b.crc,
+                                                                          b.text_bytes)
+        columns += a.starts.nbytes + a.lengths.nbytes
     assert spilled.memory_bytes() <= in_memory.memory_bytes() - columns  # mapped: not the process's memory
+
+
+def test_the_positions_of_the_events_are_not_held_in_memory_while_a_spilling_parse_reads(tmp_path):
+    """12 B an event of positions held (and charged) for the whole parse refused a 50 M-event
+    trace at the default budget: written as read, they are charged nothing, and the charged
+    peak falls by at least that much."""
+    from tb_reduce_plugin.budget import MemoryBudget
+    from tb_reduce_plugin.native import scanner_module
+
+    if scanner_module() is None:
+        pytest.skip("positions are noted by the native scanner only (the pure build keeps none)")
+    path = tmp_path / "t.json"
+    n = 60_000
+    events = [{"ph": "X", "name": f"op{i % 50}", "ts": i * 2.0, "dur": 1.0, "pid": 1, "tid": i % 3} for i in range(n)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    peaks = {}
+    for spill in (None, str(tmp_path / "spill")):
+        budget = MemoryBudget(1 << 34)
+        with budget.account("parse") as account:
+            index = index_file(path, account=account, spill_dir=spill)
+        peaks[spill is not None] = budget.peak
+        assert index.source.positions is not None and len(index.source.positions.starts) == n
+    assert peaks[True] <= peaks[False] - 12 * n, peaks
 
 
 def test_the_store_links_the_spilled_columns_and_the_spill_folder_goes_with_its_index(trace, tmp_path):
@@ -596,6 +627,9 @@ def test_the_store_links_the_spilled_columns_and_the_spill_folder_goes_with_its_
     assert store.save(index)
     stored = stored_folder(store, trace) / "ts.npy"
     assert stored.stat().st_ino == (spill / "ts.npy").stat().st_ino  # linked, not written again
+    if index.source.positions is not None:  # and so are the events' positions
+        name = "pos_starts.npy"
+        assert (stored_folder(store, trace) / name).stat().st_ino == (spill / name).stat().st_ino
     reopened = indexed(store, str(trace))
     assert reduced(reopened, 2) == reduced(index_file(trace), 2)
     del index

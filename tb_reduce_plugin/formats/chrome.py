@@ -17,22 +17,34 @@ from typing import Any, Optional
 import numpy as np
 
 from ..chrome_json import ChromeJsonEvents, ChromeJsonReader, EventPositions, block_size_for
-from ..model import ScannedBlock, TableBuilder, decode_events
+from ..model import ColumnFiles, ScannedBlock, TableBuilder, decode_events
 from ..native import scanner_module
 from ..sources import TraceStream
 from . import Parsed, ReadOptions
 
+POSITION_FILES = {"starts": "pos_starts.npy", "lengths": "pos_lengths.npy"}
+_POSITION_DTYPES = {"starts": np.int64, "lengths": np.int32}
+
 
 class _Positions:
     """Each block's event spans, offset to the file; given up at the first block whose
-    spans are unknown (no scanner, text it leaves alone) or whose text was rewritten."""
+    spans are unknown (no scanner, text it leaves alone) or whose text was rewritten.
 
-    def __init__(self, account: Any) -> None:
+    With a `folder` (the parse's spill folder) they are written there block by block and
+    mapped at the end, as the table's columns are: 12 B an event held for the whole parse
+    refused a 50 M-event trace at the default budget. Without one they are held, and
+    charged, in memory. A disk that fails the write raises `SpillFailed`, as the table's
+    columns do: the caller reads again in memory."""
+
+    def __init__(self, account: Any, folder: Optional[str] = None) -> None:
         self._account = account
         self._starts: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
         self._charged = 0
+        self._n = 0
         self.lost = scanner_module() is None
+        self._files = (ColumnFiles(folder, POSITION_FILES, _POSITION_DTYPES, "the positions of the events")
+                       if folder is not None and not self.lost else None)
 
     def add(self, at: int, block: Any, text: Any) -> None:
         if self.lost:
@@ -50,6 +62,10 @@ class _Positions:
         if len(lengths) and int(lengths.max()) >= 2**31:
             self.drop()
             return
+        self._n += len(start)
+        if self._files is not None:
+            self._files.append({"starts": start + at, "lengths": lengths})
+            return
         self._starts.append(start + at)
         self._lengths.append(lengths.astype(np.int32))
         if self._account is not None:
@@ -60,20 +76,25 @@ class _Positions:
     def drop(self) -> None:
         self.lost = True
         self._starts, self._lengths = [], []
+        if self._files is not None:
+            self._files.discard()
+            self._files = None
         if self._account is not None and self._charged:
             self._account.release(self._charged)
             self._charged = 0
 
     def result(self, reader: ChromeJsonReader, events: int) -> Optional[EventPositions]:
-        if reader.rewritten:
+        if reader.rewritten or self._n != events:
             self.drop()
         if self.lost:
             return None
+        if self._files is not None:
+            cols = self._files.finish(self._n)
+            self._files = None
+            return EventPositions(cols["starts"], cols["lengths"], reader.crc, reader.read_bytes)
         starts = np.concatenate(self._starts) if self._starts else np.zeros(0, dtype=np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int32)
         self._starts, self._lengths = [], []
-        if len(starts) != events:
-            return None
         return EventPositions(starts, lengths, reader.crc, reader.read_bytes)
 
 
@@ -81,7 +102,7 @@ def read_chrome_json(stream: TraceStream, account: Any, options: ReadOptions) ->
     block_bytes = block_size_for(account.budget.limit if account is not None else None)
     reader = ChromeJsonReader(stream, block_bytes, account=account)
     builder = TableBuilder(account, spill_dir=options.spill_dir)
-    positions = _Positions(account)
+    positions = _Positions(account, options.spill_dir)
     sizes: list[int] = []
 
     def decode(text: Any) -> Any:

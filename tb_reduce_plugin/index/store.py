@@ -512,17 +512,17 @@ class IndexStore:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)  # and the store's folder, on its first index
             files: dict[str, list[int]] = {}
-            for c in COLUMNS:
-                spilled = _spilled_file(index, getattr(t, c), f"{c}.npy")
+            arrays = [(f"{c}.npy", getattr(t, c)) for c in COLUMNS]
+            if positions is not None:
+                arrays += [("pos_starts.npy", positions.starts), ("pos_lengths.npy", positions.lengths)]
+            for name, a in arrays:
+                spilled = _spilled_file(index, a, name)
                 if spilled is not None:  # written while it was parsed: linked, not written again
                     size = os.stat(spilled).st_size
-                    os.link(spilled, os.path.join(tmp, f"{c}.npy"))
-                    files[f"{c}.npy"] = [size, _crc_of(spilled, size)]
+                    os.link(spilled, os.path.join(tmp, name))
+                    files[name] = [size, _crc_of(spilled, size)]
                 else:
-                    files[f"{c}.npy"] = _write_array(tmp, f"{c}.npy", getattr(t, c))
-            if positions is not None:
-                files["pos_starts.npy"] = _write_array(tmp, "pos_starts.npy", positions.starts)
-                files["pos_lengths.npy"] = _write_array(tmp, "pos_lengths.npy", positions.lengths)
+                    files[name] = _write_array(tmp, name, a)
             with open(os.path.join(tmp, _STRINGS), "wb") as f:
                 f.write(encoded)
             files[_STRINGS] = [len(encoded), isal_zlib.crc32(encoded)]
