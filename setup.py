@@ -80,7 +80,7 @@ setup(
     },
     entry_points={
         "console_scripts": ["tb-reduce=tb_reduce_plugin.cli:main"],
-        "tensorboard_plugins": ["tb_reduce = tb_reduce_plugin.plugin:TraceReduceLoader"],
+        "tensorboard_plugins": ["tb_reduce = tb_reduce_plugin.serve.plugin:TraceReduceLoader"],
     },
     # The license as an SPDX expression (PEP 639), not a classifier: setuptools >= 77 (pyproject.toml's
     # build-system) deprecates license classifiers with a warning on every build.

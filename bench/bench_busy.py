@@ -1,4 +1,4 @@
-"""What the summaries' busy digits (issue 26, item 7; `tb_reduce_plugin/busy.py`) cost a plan
+"""What the summaries' busy digits (issue 26, item 7; `tb_reduce_plugin/reduce/busy.py`) cost a plan
 and a reduced trace: plans with the digits (today's fold) against the same fold with the
 busy time left out (`busy.group_busy` answering zeros, no digit written), side by side on
 one index, interleaved per repeat, medians and ratios; and the JSON of each level with and
@@ -21,8 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tb_reduce_plugin import busy, reduction  # noqa: E402
-from tb_reduce_plugin.pipeline import index_file, reduce_index  # noqa: E402
+from tb_reduce_plugin import reduction  # noqa: E402
+from tb_reduce_plugin.reduce import busy
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index  # noqa: E402
 
 
 def _no_busy(lo, hi, group, first, last, carried, t0, t1, theta, last_bucket):

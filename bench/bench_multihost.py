@@ -55,7 +55,7 @@ def ensure_hosts(folder: Path, hosts: int, events: int, layers: int) -> Path:
 # One measurement, in a fresh process: a TraceService over the logdir, an empty cache.
 CHILD = r"""
 import json, resource, sys, time
-from tb_reduce_plugin.service import TraceService
+from tb_reduce_plugin.serve.service import TraceService
 logdir, cache, workers, memory_mb, mode = sys.argv[1:6]
 svc = TraceService(logdir, cache_dir=cache, memory_mb=float(memory_mb), host_workers=workers)
 svc.catalog.max_age_s = 1e9

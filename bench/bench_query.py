@@ -45,13 +45,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from tb_reduce_plugin.pipeline import index_file  # noqa: E402
-from tb_reduce_plugin.prepared import prepared_of  # noqa: E402
+from tb_reduce_plugin.index.prepared import prepared_of  # noqa: E402
 from tb_reduce_plugin.query.aggregate import aggregate  # noqa: E402
 from tb_reduce_plugin.query.aggregate import working_bytes as aggregate_working_bytes  # noqa: E402
 from tb_reduce_plugin.query.search import compile_query, search  # noqa: E402
 from tb_reduce_plugin.query.search import working_bytes as search_working_bytes  # noqa: E402
-from tb_reduce_plugin.reduction import slices_of  # noqa: E402
+from tb_reduce_plugin.reduce.pipeline import index_file  # noqa: E402
+from tb_reduce_plugin.reduce.reduction import slices_of  # noqa: E402
 
 DEFAULT_TRACE = Path("/tmp/tb_reduce_query_2m.pt.trace.json.gz")
 

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tb_reduce_plugin.pipeline import derive_index, index_file, reduce_file  # noqa: E402
+from tb_reduce_plugin.reduce.pipeline import derive_index, index_file, reduce_file  # noqa: E402
 
 
 def main() -> None:

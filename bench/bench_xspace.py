@@ -5,7 +5,7 @@ What is measured: the time and peak memory from nothing (a fresh process, no
 cache on disk) to the trace a viewer shows first for one ``*.xplane.pb``.
 
 * **tb-reduce** — a fresh Python process runs
-  ``tb_reduce_plugin.pipeline.reduce_file(src, dst, level=2)`` into a
+  ``tb_reduce_plugin.reduce.pipeline.reduce_file(src, dst, level=2)`` into a
   ``.json.gz``: parse the XSpace, reduce, write. A second row does the same with
   ``level="auto"``.
 * **XProf** (pip ``xprof``) — a fresh Python process runs
@@ -80,7 +80,7 @@ REQUEST_TIMEOUT_S = 600.0
 TB_SRC = r"""
 import json, sys, time
 t = time.perf_counter()
-from tb_reduce_plugin.pipeline import reduce_file
+from tb_reduce_plugin.reduce.pipeline import reduce_file
 level = sys.argv[3] if sys.argv[3] == "auto" else int(sys.argv[3])
 stats = reduce_file(sys.argv[1], sys.argv[2], level=level)
 print(json.dumps({"call_s": time.perf_counter() - t, "stats": stats}))

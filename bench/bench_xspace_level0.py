@@ -63,7 +63,7 @@ DEFAULT_STEPS = 8000
 FLOOR_SRC = r"""
 import json, sys, time
 t = time.perf_counter()
-from tb_reduce_plugin.xspace_schema import XSpaceView
+from tb_reduce_plugin.formats.xspace_schema import XSpaceView
 with open(sys.argv[1], "rb") as f:
     data = f.read()
 space = XSpaceView.FromString(data)
@@ -75,7 +75,7 @@ print(json.dumps({"call_s": time.perf_counter() - t, "bytes": len(data), "lines"
 TB_SRC = r"""
 import json, sys, time
 t = time.perf_counter()
-from tb_reduce_plugin.pipeline import index_file, reduce_file, reduce_index
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_file, reduce_index
 src, dst, level, how = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if how == "cli":
     stats = reduce_file(src, dst, level=level)

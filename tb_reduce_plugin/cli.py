@@ -22,8 +22,8 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from .budget import machine_memory_bytes
 from .errors import TraceError, display_name
-from .pipeline import check_window, parse_level, reduce_file, waveforms_file
-from .writer import atomic_output
+from .reduce.pipeline import check_window, parse_level, reduce_file, waveforms_file
+from .reduce.writer import atomic_output
 
 EXIT_BAD_INPUT = 2
 

@@ -43,13 +43,18 @@ SPILL_AT_LEAST = 1 << 16
 _names = itertools.count()
 
 
+def scratch_path(folder: str, name: str) -> str:
+    """A file name in `folder` no other array of this process (or another) has taken."""
+    return os.path.join(folder, f"{name}-{os.getpid()}-{threading.get_ident()}-{next(_names)}.npy")
+
+
 def spill(folder: Optional[str], name: str, a: np.ndarray) -> np.ndarray:
     """`a` written into `folder` and mapped from there (file-backed pages the kernel can
     take back: not the process's memory), or `a` itself when there is no folder, it is
     small, or the write fails (a full disk: held in memory, as without a folder)."""
     if folder is None or a.nbytes < SPILL_AT_LEAST:
         return a
-    path = os.path.join(folder, f"{name}-{os.getpid()}-{threading.get_ident()}-{next(_names)}.npy")
+    path = scratch_path(folder, name)
     try:
         with open(path, "xb") as f:
             np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
@@ -112,3 +117,162 @@ def shrunk(arrays: Iterable[Any]) -> Optional[str]:
         if st.st_size < base.offset + base.nbytes:
             return os.path.basename(a.filename)
     return None
+
+
+# ---- columns written block by block, then mapped ----------------------------------------
+
+_NPY_HEADER = 128  # bytes reserved for a column file's `.npy` header, written once its length is known
+
+
+def npy_header(dtype: Any, n: int) -> bytes:
+    """A `.npy` (version 1.0) header of exactly `_NPY_HEADER` bytes for `n` values of `dtype`."""
+    text = f"{{'descr': {np.dtype(dtype).str!r}, 'fortran_order': False, 'shape': ({n},), }}"
+    body = text.ljust(_NPY_HEADER - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+
+class SpillFailed(Exception):
+    """Writing the columns to disk failed (`TableBuilder(spill_dir=...)`): not the trace's fault."""
+
+
+class ColumnFiles:
+    """Columns written to `.npy` files block by block, then mapped: the event table's
+    (`model.SPILL_FILES`), a Chrome trace's event positions, prepared state made a part at
+    a time (`Appended`), so none of them is held whole in memory while it is made."""
+
+    def __init__(self, folder: str, files: dict[str, str], dtypes: dict[str, Any], what: str) -> None:
+        self.folder = folder
+        self.names = dict(files)
+        self._dtypes = dict(dtypes)
+        self.what = what
+        self._files = {}
+        try:
+            os.makedirs(folder, exist_ok=True)
+            for key, name in self.names.items():
+                f = open(os.path.join(folder, name), "wb")
+                self._files[key] = f
+                f.write(b"\0" * _NPY_HEADER)  # the header's place
+        except OSError as exc:
+            self.close()
+            raise SpillFailed(f"{what} could not be written to {folder}: {exc.strerror or exc}") from None
+
+    def append(self, block: dict[str, np.ndarray]) -> None:
+        try:
+            for key, values in block.items():
+                np.ascontiguousarray(values, dtype=self._dtypes[key]).tofile(self._files[key])
+        except OSError as exc:  # a full or failing disk: the caller reads again without spilling
+            self.close()
+            raise SpillFailed(f"{self.what} could not be written to {self.folder}: {exc.strerror or exc}") from None
+
+    def finish(self, n: int) -> dict[str, np.ndarray]:
+        """The columns, each mapped read-only (an empty one in memory: nothing to map)."""
+        out = {}
+        try:
+            for f in self._files.values():
+                f.flush()
+        except OSError as exc:
+            self.close()
+            raise SpillFailed(f"{self.what} could not be written to {self.folder}: {exc.strerror or exc}") from None
+        for key, f in self._files.items():
+            f.seek(0)
+            f.write(npy_header(self._dtypes[key], n))
+            f.close()
+            path = os.path.join(self.folder, self.names[key])
+            out[key] = (map_array(path) if n
+                        else np.zeros(0, dtype=self._dtypes[key]))
+        self._files = {}
+        return out
+
+    def close(self) -> None:
+        for f in self._files.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._files = {}
+
+    def discard(self) -> None:
+        """Closed and removed: what was written is not wanted (nothing is mapped yet)."""
+        self.close()
+        for name in self.names.values():
+            try:
+                os.unlink(os.path.join(self.folder, name))
+            except OSError:
+                pass
+
+
+class Appended:
+    """Arrays made part by part (a track, a chunk at a time) and wanted whole at the end:
+    once they outgrow `SPILL_AT_LEAST`, written to unique files in `folder` as they come and
+    mapped by `finish`, so the whole is never held in memory; in memory when small or
+    without a folder. A disk that fails a write brings what it holds back into memory and
+    goes on there: the arrays are the same either way."""
+
+    def __init__(self, folder: Optional[str], dtypes: dict[str, Any], what: str) -> None:
+        self._folder = folder
+        self._what = what
+        self._dtypes = {k: np.dtype(d) for k, d in dtypes.items()}
+        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in dtypes}
+        self._held = 0  # bytes of the parts in memory
+        self._n = 0  # rows in all
+        self._files: Optional[ColumnFiles] = None
+
+    def append(self, parts: dict[str, np.ndarray]) -> None:
+        lengths = {len(v) for v in parts.values()}
+        assert len(lengths) == 1 and set(parts) == set(self._dtypes), "one length, every array"
+        n = lengths.pop()
+        if self._files is not None:
+            try:
+                self._files.append(parts)
+                self._n += n
+                return
+            except SpillFailed:
+                self._back_to_memory()
+        for k, v in parts.items():
+            a = np.asarray(v, dtype=self._dtypes[k])
+            self._parts[k].append(a)
+            self._held += a.nbytes
+        self._n += n
+        if self._folder is not None and self._held >= SPILL_AT_LEAST:
+            self._to_files()
+
+    def _to_files(self) -> None:
+        """What is held so far written out; later parts follow it there."""
+        folder, self._folder = self._folder, None  # one try: a disk that fails stays in memory
+        assert folder is not None
+        names = {k: os.path.basename(scratch_path(folder, k)) for k in self._dtypes}
+        try:
+            files = ColumnFiles(folder, names, self._dtypes, self._what)
+            files.append({k: np.concatenate(v) for k, v in self._parts.items()})
+        except SpillFailed:
+            for name in names.values():
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+            return
+        self._files = files
+        self._parts = {k: [] for k in self._dtypes}
+        self._held = 0
+
+    def _back_to_memory(self) -> None:
+        files, self._files = self._files, None
+        assert files is not None
+        for k, name in files.names.items():
+            path = os.path.join(files.folder, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(_NPY_HEADER)
+                    back = np.fromfile(f, dtype=self._dtypes[k], count=self._n)
+                if len(back) != self._n:  # the disk lost what it had taken: nothing to go on from
+                    raise SpillFailed(f"{files.what} could not be read back from {files.folder}")
+                self._parts[k] = [back]
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        if self._files is not None:
+            try:
+                return self._files.finish(self._n)
+            except SpillFailed:
+                self._back_to_memory()
+        return {k: (np.concatenate(v) if v else np.zeros(0, dtype=self._dtypes[k])) for k, v in self._parts.items()}

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import codecs
 import itertools
-import os
 import re
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from operator import attrgetter
 from typing import Any, Hashable, Iterable, Optional, Union
 
 import msgspec
 import numpy as np
 
-from .mapped import map_array
+from .mapped import ColumnFiles, SpillFailed, map_array  # noqa: F401 (SpillFailed: the table's error too)
 from .native import scanner_module
 
 NAN = float("nan")
@@ -389,85 +389,21 @@ SPILL_DTYPES = {"ph": np.uint8, "ts": np.float64, "dur": np.float64, "track": np
 # The column files' names: the event table's field names (the index store keeps them so).
 SPILL_FILES = {"ph": "ph.npy", "ts": "ts.npy", "dur": "dur.npy", "track": "track.npy", "name": "name.npy",
                "flow_key": "flow_key.npy", "bind": "bind_enclosing.npy", "scope": "scope.npy", "cat": "cat.npy"}
-_NPY_HEADER = 128  # bytes reserved for a column file's `.npy` header, written once its length is known
 
 
-def npy_header(dtype: Any, n: int) -> bytes:
-    """A `.npy` (version 1.0) header of exactly `_NPY_HEADER` bytes for `n` values of `dtype`."""
-    text = f"{{'descr': {np.dtype(dtype).str!r}, 'fortran_order': False, 'shape': ({n},), }}"
-    body = text.ljust(_NPY_HEADER - 10 - 1) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+class ArgsPolicy(Enum):
+    """What is written of a kept event's args (docs/SEMANTICS.md, "Args by level"; each level's
+    is `reduce.levels.args_policy`): here because the formats' event sources write events too.
 
+    `M` events are written unchanged under every policy (G6).
+    """
 
-class SpillFailed(Exception):
-    """Writing the columns to disk failed (`TableBuilder(spill_dir=...)`): not the trace's fault."""
-
-
-class ColumnFiles:
-    """Columns written to `.npy` files block by block, then mapped: the event table's
-    (`SPILL_FILES`, the default) or any other set a parse makes as it reads (a Chrome
-    trace's event positions), so none of them is held whole in memory."""
-
-    def __init__(self, folder: str, files: Optional[dict[str, str]] = None,
-                 dtypes: Optional[dict[str, Any]] = None, what: str = "the event table") -> None:
-        os.makedirs(folder, exist_ok=True)
-        self.folder = folder
-        self._names = dict(files if files is not None else SPILL_FILES)
-        self._dtypes = dict(dtypes if dtypes is not None else SPILL_DTYPES)
-        self._what = what
-        self._files = {}
-        try:
-            for key, name in self._names.items():
-                f = open(os.path.join(folder, name), "wb")
-                self._files[key] = f
-                f.write(b"\0" * _NPY_HEADER)  # the header's place
-        except OSError as exc:
-            self.close()
-            raise SpillFailed(f"{what} could not be written to {folder}: {exc.strerror or exc}") from None
-
-    def append(self, block: dict[str, np.ndarray]) -> None:
-        try:
-            for key, values in block.items():
-                np.ascontiguousarray(values, dtype=self._dtypes[key]).tofile(self._files[key])
-        except OSError as exc:  # a full or failing disk: the caller reads again without spilling
-            self.close()
-            raise SpillFailed(f"{self._what} could not be written to {self.folder}: {exc.strerror or exc}") from None
-
-    def finish(self, n: int) -> dict[str, np.ndarray]:
-        """The columns, each mapped read-only (an empty one in memory: nothing to map)."""
-        out = {}
-        try:
-            for f in self._files.values():
-                f.flush()
-        except OSError as exc:
-            self.close()
-            raise SpillFailed(f"{self._what} could not be written to {self.folder}: {exc.strerror or exc}") from None
-        for key, f in self._files.items():
-            f.seek(0)
-            f.write(npy_header(self._dtypes[key], n))
-            f.close()
-            path = os.path.join(self.folder, self._names[key])
-            out[key] = (map_array(path) if n
-                        else np.zeros(0, dtype=self._dtypes[key]))
-        self._files = {}
-        return out
-
-    def close(self) -> None:
-        for f in self._files.values():
-            try:
-                f.close()
-            except OSError:
-                pass
-        self._files = {}
-
-    def discard(self) -> None:
-        """Closed and removed: what was written is not wanted (nothing is mapped yet)."""
-        self.close()
-        for name in self._names.values():
-            try:
-                os.unlink(os.path.join(self.folder, name))
-            except OSError:
-                pass
+    KEEP = "keep"  # levels 0 and 1: args as the input holds them
+    TRIM = "trim"  # level 2: strings cut to 256 characters, lists to 32 items, at any depth,
+    #                and "tb_reduce.cut": true added to the args when anything was cut
+    DROP = "drop"  # levels 3 and 4, and any level asked without args: args removed, except
+    #                on `C` events (a counter's args are its values) and the flow binding
+    #                keys bind_id, flow_in, flow_out
 
 
 class TableBuilder:
@@ -485,7 +421,7 @@ class TableBuilder:
         self._account = account
         columns = ("ph", "ts", "dur", "track", "name", "flow_key", "bind", "scope", "cat")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in columns}
-        self._spill = ColumnFiles(spill_dir) if spill_dir is not None else None
+        self._spill = ColumnFiles(spill_dir, SPILL_FILES, SPILL_DTYPES, "the event table") if spill_dir is not None else None
         self._last_track = np.zeros(0, dtype=np.int32)
         self._tracks = Interner()
         self._pids = Interner()

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .mapped import spill
+from .mapped import Appended
 from .model import PH_B, PH_E, PH_X, EventTable
 
 _LARGEST = np.finfo(np.float64).max
@@ -86,66 +86,96 @@ def _segment_cummin(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(shifted) + seg_id * span
 
 
+# Events read at once while the slices are made: the temporaries stay this size (some
+# 60 B an event) however long the trace.
+CHUNK_EVENTS = 1 << 19
+
+
 def build_slices(t: EventTable) -> SliceTable:
-    has_ts = ~np.isnan(t.ts)
-    xs = np.flatnonzero((t.ph == PH_X) & has_ts)
-    dur_x = np.nan_to_num(t.dur[xs], nan=0.0)
-    x_start = t.ts[xs]
-    with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
-        x_end = np.minimum(x_start + np.maximum(dur_x, 0.0), _LARGEST)
+    """The table's slices: its timed X events (in event order), then its matched B/E pairs.
 
-    be = np.flatnonzero(((t.ph == PH_B) | (t.ph == PH_E)) & has_ts)
+    The X slices are made a chunk of events at a time and their columns written into the
+    table's scratch folder as they are made, if it has one (`mapped.Appended`), so making
+    them holds a chunk, not ~30 B an event (1.4 GB for a 50 M-event trace); only B/E
+    events, which must be matched per track, are taken whole."""
+    n = len(t.ph)
+    index_type = np.int32 if n < 2**31 else np.int64  # 8 bytes a slice saved
+    cols = Appended(t.scratch, {"slice_start": np.float64, "slice_end": np.float64, "slice_dur": np.float64,
+                                "slice_event": index_type, "slice_track": t.track.dtype,
+                                "slice_name": t.name.dtype, "slice_partner": index_type}, "the slices")
+    be_parts = []
+    for a in range(0, n, CHUNK_EVENTS):
+        ph, ts, dur = (np.asarray(c[a:a + CHUNK_EVENTS]) for c in (t.ph, t.ts, t.dur))
+        has_ts = ~np.isnan(ts)
+        xs = np.flatnonzero((ph == PH_X) & has_ts)
+        dur_x = np.maximum(np.nan_to_num(dur[xs], nan=0.0), 0.0)
+        x_start = ts[xs]
+        with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
+            x_end = np.minimum(x_start + dur_x, _LARGEST)
+        xs += a
+        cols.append({"slice_start": x_start, "slice_end": x_end, "slice_dur": dur_x, "slice_event": xs,
+                     "slice_track": t.track[xs], "slice_name": t.name[xs],
+                     "slice_partner": np.full(len(xs), -1, dtype=index_type)})
+        be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
+
+    be = np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64)
+    b_idx, e_idx, unpaired = _pairs(t, be)
+    cols.append({"slice_start": t.ts[b_idx], "slice_end": t.ts[e_idx], "slice_dur": t.ts[e_idx] - t.ts[b_idx],
+                 "slice_event": b_idx, "slice_track": t.track[b_idx], "slice_name": t.name[b_idx],
+                 "slice_partner": e_idx})
+    c = cols.finish()
+    return SliceTable(start=c["slice_start"], end=c["slice_end"], dur=c["slice_dur"], track=c["slice_track"],
+                      name=c["slice_name"], event=c["slice_event"], partner=c["slice_partner"],
+                      unpaired=np.sort(unpaired))
+
+
+def _pairs(t: EventTable, be: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The B/E events `be` matched per track as a stack matches them (an E closes the latest
+    open B; an E with none open is ignored): the B and E of each pair, and those left over."""
     b_idx = e_idx = np.zeros(0, dtype=np.int64)
-    unpaired = np.zeros(0, dtype=np.int64)
-    if len(be):
-        order = np.lexsort((be, t.ts[be], t.track[be]))
-        ev = be[order]
-        trk = t.track[ev]
-        delta = np.where(t.ph[ev] == PH_B, 1, -1).astype(np.int64)
-        seg_start = np.ones(len(ev), dtype=bool)
-        seg_start[1:] = trk[1:] != trk[:-1]
-        seg_id = np.cumsum(seg_start) - 1
-        cs = np.cumsum(delta)
-        cs = cs - np.concatenate(([0], cs))[np.flatnonzero(seg_start)][seg_id]  # per-track cumsum
-        m = np.minimum(_segment_cummin(cs, seg_start), 0)
-        prev_m = np.where(seg_start, 0, np.concatenate(([0], m[:-1])))
-        ignored = (delta < 0) & (cs < prev_m)
-        depth_after = cs - m
-        level = np.where(delta > 0, depth_after, depth_after + 1)
-        live = ~ignored
-        ev_l, trk_l, lvl_l, d_l = ev[live], trk[live], level[live], delta[live]
-        pos = np.arange(len(ev_l))
-        o2 = np.lexsort((pos, lvl_l, trk_l))
-        ev2, d2, trk2, lvl2 = ev_l[o2], d_l[o2], trk_l[o2], lvl_l[o2]
-        closes = np.zeros(len(ev2), dtype=bool)
-        closes[1:] = (d2[1:] < 0) & (d2[:-1] > 0) & (trk2[1:] == trk2[:-1]) & (lvl2[1:] == lvl2[:-1])
-        e_pos = np.flatnonzero(closes)
-        b_idx, e_idx = ev2[e_pos - 1], ev2[e_pos]
-        matched = np.zeros(len(t.ph), dtype=bool)
-        matched[b_idx] = True
-        matched[e_idx] = True
-        unpaired = be[~matched[be]]
+    if not len(be):
+        return b_idx, e_idx, np.zeros(0, dtype=np.int64)
+    order = np.lexsort((be, t.ts[be], t.track[be]))
+    ev = be[order]
+    trk = t.track[ev]
+    delta = np.where(t.ph[ev] == PH_B, 1, -1).astype(np.int64)
+    seg_start = np.ones(len(ev), dtype=bool)
+    seg_start[1:] = trk[1:] != trk[:-1]
+    seg_id = np.cumsum(seg_start) - 1
+    cs = np.cumsum(delta)
+    cs = cs - np.concatenate(([0], cs))[np.flatnonzero(seg_start)][seg_id]  # per-track cumsum
+    m = np.minimum(_segment_cummin(cs, seg_start), 0)
+    prev_m = np.where(seg_start, 0, np.concatenate(([0], m[:-1])))
+    ignored = (delta < 0) & (cs < prev_m)
+    depth_after = cs - m
+    level = np.where(delta > 0, depth_after, depth_after + 1)
+    live = ~ignored
+    ev_l, trk_l, lvl_l, d_l = ev[live], trk[live], level[live], delta[live]
+    pos = np.arange(len(ev_l))
+    o2 = np.lexsort((pos, lvl_l, trk_l))
+    ev2, d2, trk2, lvl2 = ev_l[o2], d_l[o2], trk_l[o2], lvl_l[o2]
+    closes = np.zeros(len(ev2), dtype=bool)
+    closes[1:] = (d2[1:] < 0) & (d2[:-1] > 0) & (trk2[1:] == trk2[:-1]) & (lvl2[1:] == lvl2[:-1])
+    e_pos = np.flatnonzero(closes)
+    b_idx, e_idx = ev2[e_pos - 1], ev2[e_pos]
+    matched = np.zeros(len(t.ph), dtype=bool)
+    matched[b_idx] = True
+    matched[e_idx] = True
+    return b_idx, e_idx, be[~matched[be]]
 
-    # Written one at a time into the table's scratch folder, if it has one (`mapped.spill`),
-    # so the slices' columns are never all in memory at once.
-    folder = t.scratch
-    index_type = np.int32 if len(t.ph) < 2**31 else np.int64  # 8 bytes a slice saved
-    start = spill(folder, "slice_start", np.concatenate((x_start, t.ts[b_idx])))
-    del x_start
-    end = spill(folder, "slice_end", np.concatenate((x_end, t.ts[e_idx])))
-    del x_end
-    dur = spill(folder, "slice_dur", np.concatenate((np.maximum(dur_x, 0.0), t.ts[e_idx] - t.ts[b_idx])))
-    del dur_x
-    event = spill(folder, "slice_event", np.concatenate((xs, b_idx)).astype(index_type))
-    del xs
-    return SliceTable(
-        start=start,
-        end=end,
-        dur=dur,
-        track=spill(folder, "slice_track", t.track[event]),
-        name=spill(folder, "slice_name", t.name[event]),
-        event=event,
-        partner=spill(folder, "slice_partner", np.concatenate((np.full(len(event) - len(e_idx), -1, dtype=np.int64),
-                                                                e_idx)).astype(index_type)),
-        unpaired=np.sort(unpaired),
-    )
+
+def chunk_end(by_start: np.ndarray, track: np.ndarray, start: np.ndarray, a: int, chunk: int) -> int:
+    """Where the chunk of `by_start` (slices by track, then start) from row `a` ends:
+    `chunk` slices on, moved past any slices that share the (track, start) of the last
+    one, so that whatever orders slices within one (track, start) can work chunk by chunk."""
+    m = len(by_start)
+    b = min(a + chunk, m)
+    while b < m:
+        last = by_start[b - 1]
+        ahead = np.asarray(by_start[b:b + chunk])
+        same = (track[ahead] == track[last]) & (start[ahead] == start[last])
+        differ = np.flatnonzero(~same)
+        if len(differ):
+            return b + int(differ[0])
+        b += len(ahead)
+    return b

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tb_reduce_plugin.xspace import _varint_bytes
+from tb_reduce_plugin.formats.xspace import _varint_bytes
 
 
 def _gzip_stream(path: Path, chunks) -> int:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client, TestResponse
 
-from tb_reduce_plugin.plugin import TraceReduceLoader, TraceReducePlugin
+from tb_reduce_plugin.serve.plugin import TraceReduceLoader, TraceReducePlugin
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 JAX_SMALL = CORPUS / "generated" / "jax_cpu_mlp_small"  # vm.xplane.pb + the vm.trace.json.gz JAX wrote beside it

@@ -11,7 +11,7 @@ import numpy as np
 
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.model import EventTable
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 
 @contextmanager

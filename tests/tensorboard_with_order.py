@@ -18,7 +18,7 @@ from tensorboard import default, program
 def loaders(order: str) -> list:
     from xprof.profile_plugin_loader import ProfilePluginLoader
 
-    from tb_reduce_plugin.plugin import TraceReduceLoader
+    from tb_reduce_plugin.serve.plugin import TraceReduceLoader
 
     dynamic = [p for p in default.get_dynamic_plugins() if p not in (TraceReduceLoader, ProfilePluginLoader)
                and not isinstance(p, (TraceReduceLoader, ProfilePluginLoader))]

@@ -20,7 +20,7 @@ import pytest
 
 from tb_reduce_plugin import native
 from tb_reduce_plugin.budget import MB, MemoryBudget, OverBudget
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 NAMES = 200_000
 # Names ~90 bytes long: ~300 bytes each once interned (the str, its map slot, its id),

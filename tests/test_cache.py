@@ -20,7 +20,7 @@ import pytest
 from plugin_support import require_corpus, torch_trace_gz
 
 from tb_reduce_plugin.budget import Account, BudgetBusy, MemoryBudget, OverBudget
-from tb_reduce_plugin.cache import MAGIC, DiskCache, FileBody, IndexCache, MemoryBody, SingleFlight, key_digest
+from tb_reduce_plugin.serve.cache import MAGIC, DiskCache, FileBody, IndexCache, MemoryBody, SingleFlight, key_digest
 
 # Real payloads: what the plugin stores is gzip bytes and its stats, so store gzip bytes of a real trace.
 KEY_A, KEY_B, KEY_C, KEY_D = (key_digest(["trace", 1, "input_index", f"/logdir/{n}", 123, 456, 2, None, None])
@@ -29,7 +29,7 @@ META = b'{"input":{"file":"vm.pt.trace.json.gz","events":4821},"kept":1234}'
 HEADER = len(MAGIC) + 8 + 8 + 32 + 32  # magic, body length, meta length, SHA-256 of each
 KB = 1024
 MB = 1024 * KB
-LOGGER = "tb_reduce_plugin.cache"
+LOGGER = "tb_reduce_plugin.serve.cache"
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tb_reduce_plugin.chrome_json import ChromeJsonReader
 from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.formats.chrome_json import ChromeJsonReader
+from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.model import decode_events
-from tb_reduce_plugin.sources import TraceStream
 
 raw_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 

@@ -21,7 +21,7 @@ from conftest import ROOT, write_trace
 
 from tb_reduce_plugin.cli import main
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.pipeline import check_window, index_file, reduce_index
+from tb_reduce_plugin.reduce.pipeline import check_window, index_file, reduce_index
 
 DEMO = ROOT / "demo_logdir" / "pytorch_cnn" / "vm_12922.1795977935943642718.pt.trace.json.gz"
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.pipeline import reduce_to_bytes
+from tb_reduce_plugin.reduce.pipeline import reduce_to_bytes
 from tests.reference_checker import check_reduction, default_window, load_trace
 from tests.xspace_oracle import convert
 

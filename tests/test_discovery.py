@@ -32,9 +32,10 @@ from plugin_support import (
 )
 from plugin_support import flags as plugin_flags
 
-from tb_reduce_plugin import discovery, plugin
-from tb_reduce_plugin.discovery import Catalog
-from tb_reduce_plugin.sources import FileIdentity
+from tb_reduce_plugin.formats import logdir as logdir_module
+from tb_reduce_plugin.formats.sources import FileIdentity
+from tb_reduce_plugin.serve import discovery, plugin
+from tb_reduce_plugin.serve.discovery import Catalog
 
 # A small, valid Chrome trace (Object format), as `torch.profiler.export_chrome_trace` or a
 # hand-written tool would write it.
@@ -133,7 +134,7 @@ def test_a_kineto_json_whose_trace_events_follow_a_long_header_is_found(logdir: 
     d.mkdir()
     src = CORPUS / "public" / "TraceLens" / "tests__traces__h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz"
     head = gzip.decompress(src.read_bytes())
-    assert head.find(b'"traceEvents"') > 3 * discovery.SNIFF_BYTES  # what makes this file a test
+    assert head.find(b'"traceEvents"') > 3 * logdir_module.SNIFF_BYTES  # what makes this file a test
     shutil.copyfile(src, d / "timesformer.json.gz")
     (d / "plain.json").write_bytes(head)  # the same, not compressed
     found = Catalog(str(logdir)).files()
@@ -234,13 +235,13 @@ def test_a_grown_file_is_seen_with_its_new_size_and_mtime(logdir: Path) -> None:
 
 
 def test_files_deeper_than_max_depth_are_not_found(logdir: Path) -> None:
-    shallow = logdir.joinpath(*[f"d{i}" for i in range(discovery.MAX_DEPTH)])
-    deep = logdir.joinpath(*[f"e{i}" for i in range(discovery.MAX_DEPTH + 1)])
+    shallow = logdir.joinpath(*[f"d{i}" for i in range(logdir_module.MAX_DEPTH)])
+    deep = logdir.joinpath(*[f"e{i}" for i in range(logdir_module.MAX_DEPTH + 1)])
     for d in (shallow, deep):
         d.mkdir(parents=True)
         (d / "t.json").write_text(json.dumps(CHROME_DOC))
     found = Catalog(str(logdir)).files()
-    assert set(found) == {("/".join(f"d{i}" for i in range(discovery.MAX_DEPTH)), "t")}
+    assert set(found) == {("/".join(f"d{i}" for i in range(logdir_module.MAX_DEPTH)), "t")}
 
 
 def test_a_walk_stops_after_max_entries_and_says_so(logdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,7 +249,7 @@ def test_a_walk_stops_after_max_entries_and_says_so(logdir: Path, monkeypatch: p
         (logdir / f"t{i:02d}.json").write_text(json.dumps(CHROME_DOC))
     catalog = Catalog(str(logdir), max_age_s=0)
     assert len(catalog.files()) == 30 and not catalog.truncated
-    monkeypatch.setattr(discovery, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(logdir_module, "MAX_ENTRIES", 10)
     assert len(catalog.files()) == 10 and catalog.truncated
 
 

@@ -13,8 +13,8 @@ import pytest
 from plugin_support import JAX_RUN, JAX_SMALL, TORCH_RUN, add_jax_run, add_torch_run, require_corpus
 from scalar_runs_support import write_loss_run
 
-from tb_reduce_plugin import discovery
-from tb_reduce_plugin.discovery import Catalog
+from tb_reduce_plugin.serve import discovery
+from tb_reduce_plugin.serve.discovery import Catalog
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from tb_reduce_plugin.gate import ComputeGate, ServerBusy, default_workers
+from tb_reduce_plugin.serve.gate import ComputeGate, ServerBusy, default_workers
 
 MB = 1024 * 1024
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tb_reduce_plugin.index.store import IndexStore, indexed
-from tb_reduce_plugin.pipeline import index_file, reduce_index, reduce_to_bytes
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduce_to_bytes
 from tb_reduce_plugin.waveforms.steps import derive
 from tests.reference_checker import check_reduction, default_window, load_trace
 

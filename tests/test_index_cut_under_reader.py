@@ -23,9 +23,9 @@ import pytest
 from plugin_support import require_corpus
 
 from tb_reduce_plugin import mapped
-from tb_reduce_plugin import service as service_module
 from tb_reduce_plugin.native import guard_module
-from tb_reduce_plugin.service import TraceService
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.service import TraceService
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
@@ -210,7 +210,7 @@ def test_a_workers_stored_index_cut_while_idle_is_dropped_and_its_host_reduced_f
     server does, so a cut file is neither read (zeros, or SIGBUS without the guard) nor kept."""
     from tb_reduce_plugin.index.store import IndexStore
     from tb_reduce_plugin.multihost import tasks
-    from tb_reduce_plugin.pipeline import index_file
+    from tb_reduce_plugin.reduce.pipeline import index_file
 
     store = IndexStore(str(tmp_path / "cache" / "index"), 1 << 34)
     store.save(index_file(big_trace))
@@ -229,7 +229,7 @@ def test_a_workers_index_cut_in_the_middle_of_a_task_throws_its_result_away_and_
         big_trace, tmp_path, monkeypatch):
     from tb_reduce_plugin.index.store import IndexStore
     from tb_reduce_plugin.multihost import tasks
-    from tb_reduce_plugin.pipeline import index_file
+    from tb_reduce_plugin.reduce.pipeline import index_file
 
     store = IndexStore(str(tmp_path / "cache" / "index"), 1 << 34)
     store.save(index_file(big_trace))

@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 from plugin_support import require_corpus
 
-from tb_reduce_plugin import service as service_module
 from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.formats.sources import FileIdentity
 from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index.store import IndexStore, index_digest, indexed
-from tb_reduce_plugin.pipeline import index_file, reduce_index
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
-from tb_reduce_plugin.reduction import default_window
-from tb_reduce_plugin.service import TraceService
-from tb_reduce_plugin.sources import FileIdentity
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index
+from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.waveforms.steps import derive
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
@@ -380,7 +380,7 @@ def test_a_restart_reads_events_from_the_kept_blocks_and_never_inflates_the_trac
 
     second = TraceService(str(logdir), cache_dir=str(cache))
     lo, hi = second.on_index(second.trace_file("run", host), lambda i: default_window(i.table))
-    monkeypatch.setattr("tb_reduce_plugin.chrome_json.TraceStream", no_stream)
+    monkeypatch.setattr("tb_reduce_plugin.formats.chrome_json.TraceStream", no_stream)
     window = (lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.45)
     got = second.reduction("run", host, 0, *window)  # level 0: every event's JSON in the window
     detail = second.event("run", host, 7)
@@ -646,7 +646,7 @@ def test_a_disk_that_cannot_take_the_columns_reads_the_trace_in_memory_instead(t
 import os, resource, signal, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 from tb_reduce_plugin.index.store import IndexStore, parse_spilling
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 import numpy as np
 expected = index_file({str(src)!r})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -14,7 +14,7 @@ from plugin_support import assert_json_error, body_json, client, get, make_plugi
 from progress_support import make_big_logdir
 
 from tb_reduce_plugin.cli import bar_line
-from tb_reduce_plugin.service import TraceService
+from tb_reduce_plugin.serve.service import TraceService
 
 
 @pytest.fixture(scope="module")

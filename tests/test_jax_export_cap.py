@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from jax_export_support import record_capped_jax_run
 
-from tb_reduce_plugin import discovery
-from tb_reduce_plugin.discovery import JAX_EXPORT_CAP, Catalog
+from tb_reduce_plugin.serve import discovery
+from tb_reduce_plugin.serve.discovery import JAX_EXPORT_CAP, Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 JAX_SMALL = ROOT.parent / "shared" / "corpus" / "generated" / "jax_cpu_mlp_small"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tb_reduce_plugin.levels import LEVELS, MAX_RESOLUTION, RESOLUTION, ArgsPolicy, args_policy
-from tb_reduce_plugin.writer import transform
+from tb_reduce_plugin.reduce.levels import LEVELS, MAX_RESOLUTION, RESOLUTION, ArgsPolicy, args_policy
+from tb_reduce_plugin.reduce.writer import transform
 
 
 def test_levels_0_and_1_keep_args_level_2_trims_them_and_levels_3_and_4_drop_them() -> None:

@@ -256,9 +256,9 @@ def test_skipped_files_are_one_line_each_with_their_name_and_reason(tmp_path: Pa
 
 def test_a_walk_cut_short_is_said(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from tb_reduce_plugin import discovery
+    from tb_reduce_plugin.formats import logdir as logdir_module
 
-    monkeypatch.setattr(discovery, "MAX_ENTRIES", 50)
+    monkeypatch.setattr(logdir_module, "MAX_ENTRIES", 50)
     car = _sidecar(tmp_path)
     for i in range(60):
         (Path(car.config.watch) / f"empty{i}.txt").touch()

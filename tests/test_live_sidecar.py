@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tb_reduce_plugin.discovery import Catalog
 from tb_reduce_plugin.live.sidecar import ANOMALY_JSON, RING_FOLDER, LiveConfig, Sidecar
 from tb_reduce_plugin.live.windows import WINDOW_NAME
+from tb_reduce_plugin.serve.discovery import Catalog
 from tb_reduce_plugin.waveforms.scalars import RunScalars
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -137,7 +137,7 @@ def test_sigkill_at_random_moments_leaves_only_complete_windows_and_readable_sca
     import random
     import signal
 
-    from tb_reduce_plugin.pipeline import index_file
+    from tb_reduce_plugin.reduce.pipeline import index_file
 
     watch, logdir = tmp_path / "profiles", tmp_path / "logdir"
     watch.mkdir()

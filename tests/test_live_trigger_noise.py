@@ -20,7 +20,7 @@ from conftest import write_trace
 
 from tb_reduce_plugin.live import triggers
 from tb_reduce_plugin.live.triggers import Firing, RateLimiter, StepHistory, evaluate, parse_trigger
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 TORCH_STALLED = FIXTURES / "torch_stalled_step.pt.trace.json.gz"  # steps 0-7 of ~104 ms; step 5 slept: 260 ms

@@ -25,7 +25,7 @@ from tb_reduce_plugin.live.triggers import (
     parse_trigger,
     parse_triggers,
 )
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.waveforms.steps import derive
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -256,7 +256,7 @@ def test_b_e_pairs_are_slices_too(tmp_path: Path) -> None:
 _MEGABYTE_NAMES = r"""
 import json, sys
 from tb_reduce_plugin.live.triggers import StepHistory, evaluate, parse_trigger
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 unit = "nccl" * 262_144  # 1 MiB
 names = [unit, unit[:-1] + "x", unit + "AllReduce"]  # only the last one matches
 ev = [{"ph": "X", "name": n, "pid": 1, "tid": 2, "ts": 1000.0 * i, "dur": 400_000.0} for i, n in enumerate(names)]

@@ -11,7 +11,7 @@ import pytest
 
 from tb_reduce_plugin.live.watch import Ready, Watcher
 from tb_reduce_plugin.live.windows import WindowWriter
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tb_reduce_plugin.discovery import Catalog
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.live import windows
 from tb_reduce_plugin.live.windows import LEDGER, WINDOW_JSON, WINDOW_NAME, LiveWriteError, RawKey, WindowWriter
-from tb_reduce_plugin.pipeline import index_file
+from tb_reduce_plugin.reduce.pipeline import index_file
+from tb_reduce_plugin.serve.discovery import Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_796_000_000.0  # 2026-11-29T...Z

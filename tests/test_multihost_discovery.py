@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_reduce_plugin import discovery
-from tb_reduce_plugin.discovery import Catalog, distributed_info, session_time
+from tb_reduce_plugin.serve import discovery
+from tb_reduce_plugin.serve.discovery import Catalog, distributed_info, session_time
 from tests.plugin_support import CORPUS, body_json, client, get, make_plugin
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "multihost"

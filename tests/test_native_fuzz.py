@@ -168,7 +168,7 @@ def test_busy_time_per_bucket_is_the_same_to_the_bit_natively_and_in_numpy(monke
     """`busy.group_busy` with the native loop against its numpy twin, on random folds for
     a share of the fuzzing budget; a case the native loop refuses (a non-finite time, a
     group out of range) goes to the numpy path and changes nothing first."""
-    from tb_reduce_plugin import busy
+    from tb_reduce_plugin.reduce import busy
 
     seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)

@@ -14,8 +14,8 @@ import pytest
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.model import ScannedBlock, TableBuilder
-from tb_reduce_plugin.pipeline import index_file, reduce_index, reduce_to_bytes
-from tb_reduce_plugin.reduction import default_window
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduce_to_bytes
+from tb_reduce_plugin.reduce.reduction import default_window
 from tests.table_equality import difference_both_ways, native
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,10 +24,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from tb_reduce_plugin import objectstore
-from tb_reduce_plugin.discovery import Catalog
 from tb_reduce_plugin.errors import FileChanged, InputTooLarge
-from tb_reduce_plugin.sources import FileIdentity
+from tb_reduce_plugin.formats import objectstore
+from tb_reduce_plugin.formats.sources import FileIdentity
+from tb_reduce_plugin.serve.discovery import Catalog
 from tests.plugin_support import (
     CORPUS,
     JAX_HOST,

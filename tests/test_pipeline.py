@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.pipeline import event_json, index_file, reduce_index, reduce_to_bytes
+from tb_reduce_plugin.reduce.pipeline import event_json, index_file, reduce_index, reduce_to_bytes
 
 DEMO = ROOT / "demo_logdir" / "pytorch_cnn" / "vm_12922.1795977935943642718.pt.trace.json.gz"
 
@@ -26,7 +26,7 @@ def test_the_original_json_of_any_event_is_reachable_by_index() -> None:
 
 
 def test_auto_picks_a_coarser_level_when_the_budget_is_small(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tb_reduce_plugin.pipeline as pipeline
+    import tb_reduce_plugin.reduce.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "BUDGET_EVENTS", 2000)
     doc = json.loads(reduce_to_bytes(DEMO, level="auto"))
@@ -66,7 +66,7 @@ def test_a_chrome_trace_keeps_its_blocks_after_one_full_pass_and_reads_only_thos
 
     import numpy as np
 
-    from tb_reduce_plugin import chrome_json
+    from tb_reduce_plugin.formats import chrome_json
 
     store = tmp_path / "blocks"
     index = index_file(DEMO, store_dir=str(store))

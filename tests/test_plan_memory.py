@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 from oracle_traces import STALLED, TORCH_GPU, XSPACE, oracle_traces, write_trace
 
-from tb_reduce_plugin import reduction
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
 from tb_reduce_plugin.mapped import SPILL_AT_LEAST
-from tb_reduce_plugin.pipeline import (
+from tb_reduce_plugin.query.aggregate import aggregate
+from tb_reduce_plugin.query.search import compile_query, search
+from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce.pipeline import (
+    PLAN_BYTES_PER_CHUNK_EVENT,
     PLAN_BYTES_PER_CHUNK_SLICE,
     PLAN_BYTES_PER_EVENT,
     PLAN_BYTES_PER_INSTANT,
@@ -28,9 +31,7 @@ from tb_reduce_plugin.pipeline import (
     reduce_index,
     reduction_bytes,
 )
-from tb_reduce_plugin.query.aggregate import aggregate
-from tb_reduce_plugin.query.search import compile_query, search
-from tb_reduce_plugin.reduction import Summaries, default_window, name_rank, plan, slices_of
+from tb_reduce_plugin.reduce.reduction import Summaries, default_window, name_rank, plan, slices_of
 
 
 def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, Summaries]:
@@ -94,8 +95,8 @@ def _windows(t) -> list[tuple]:
 
 @pytest.mark.parametrize("chunk", [1, 5, 997, 1 << 18])
 def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(monkeypatch, chunk) -> None:
-    """Chunks of 1 and 5 slices on the traces small enough for a chunk of one slice to be
-    quick; 997 (a chunk boundary in every long track) and the default on all."""
+    """Chunks of 1 and 5 slices (and events) on the traces small enough for a chunk of one
+    to be quick; 997 (a chunk boundary in every long track) and the default on all."""
     compared = 0
     for path in oracle_traces():
         try:
@@ -109,7 +110,9 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(mon
             for window in _windows(t):
                 for resolution in (None, 37):
                     monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+                    monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)  # the per-event flags, instants, flows
                     chunked = plan(t, level, *window, resolution=resolution)
+                    monkeypatch.setattr(reduction, "CHUNK_EVENTS", 1 << 62)  # one chunk: whole arrays
                     monkeypatch.setattr(reduction, "_reduce_slices",
                                         lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order))
                     whole = plan(t, level, *window, resolution=resolution)
@@ -166,6 +169,7 @@ def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_
     once, so it does not hide the per-event costs); the prepared state is built first."""
     if chunk is not None:
         monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
     for kind, path in _kinds(tmp_path, 120_000).items():
         idx = index_file(path)
         plan(idx.table, 2)  # prepares the table's state: later plans hold only their own
@@ -173,7 +177,8 @@ def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_
         instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in reduction.INSTANT_PHASES)
         charged = (PLAN_BYTES_PER_EVENT * len(t) + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
                    + PLAN_BYTES_PER_INSTANT * instants
-                   + PLAN_BYTES_PER_CHUNK_SLICE * min(len(t), reduction.CHUNK_SLICES))
+                   + PLAN_BYTES_PER_CHUNK_SLICE * min(len(t), reduction.CHUNK_SLICES)
+                   + PLAN_BYTES_PER_CHUNK_EVENT * min(len(t), reduction.CHUNK_EVENTS))
         for level in ("auto", 1, 4):
             tracemalloc.start()
             try:
@@ -186,6 +191,39 @@ def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_
             busy = 10 * p.summaries.busy.nbytes + 2 * p.summaries.busy_offsets.nbytes  # sums, digits, joined
             held = p.keep.nbytes + 2 * summaries + busy  # the output, charged apart (kept events; summaries as made)
             assert peak <= charged + held, (kind, level, peak, charged, held)
+
+
+@pytest.mark.parametrize("chunk", [4096, None])
+@pytest.mark.parametrize("scratch", [False, True])
+def test_a_first_plans_traced_peak_preparing_the_tables_state_stays_within_the_cold_charge(
+        tmp_path, monkeypatch, chunk, scratch) -> None:
+    """The first plan of a table makes the slices, their order, the masks and the flow
+    binding, in memory or (with a scratch folder) a chunk at a time into files: its peak,
+    for each kind of event, is within what `reduction_bytes` charges before it starts."""
+    from tb_reduce_plugin import slices as slices_module
+
+    if chunk is not None:
+        for module, name in ((reduction, "CHUNK_SLICES"), (reduction, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS")):
+            monkeypatch.setattr(module, name, chunk)
+    for kind, path in _kinds(tmp_path, 120_000).items():
+        idx = index_file(path)
+        if scratch:
+            folder = tmp_path / f"scratch-{kind.replace(' ', '-')}"
+            folder.mkdir()
+            idx.table.scratch = str(folder)
+        charged = reduction_bytes(idx, 2)
+        tracemalloc.start()
+        try:
+            p = plan(idx.table, 2)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        summaries = sum(getattr(p.summaries, f).nbytes for f in ("track", "start", "end", "count",
+                                                                   "top_offsets", "top_name", "top_count"))
+        held = p.keep.nbytes + 2 * summaries + 10 * p.summaries.busy.nbytes + 2 * p.summaries.busy_offsets.nbytes
+        assert peak <= charged + held, (kind, scratch, peak, charged, held)
+        if scratch:  # the state is in files: what stays held is small
+            assert idx.prepared.nbytes() <= 4 * len(idx.table) + (1 << 20), kind
 
 
 def test_the_estimate_of_a_levels_size_counts_events_per_block_as_the_sum_over_events_did() -> None:
@@ -250,7 +288,7 @@ def test_a_table_with_a_scratch_folder_writes_its_slices_there_and_plans_exactly
         assert spilled.table.scratch is not None and plain.table.scratch is None
         big = len(spilled.table) * 8 >= SPILL_AT_LEAST  # smaller arrays stay in memory
         positions = spilled.source.positions  # the pure-Python path keeps none: it reads blocks again
-        assert positions is None or isinstance(positions.starts, np.memmap) == big
+        assert positions is None or isinstance(positions.starts, np.memmap)  # written as read, as the columns
         for level in ("auto", 0, 1, 3):
             a, b = io.BytesIO(), io.BytesIO()
             reduce_index(spilled, a, level, gzip=False, with_input_index=True)
@@ -284,10 +322,10 @@ def test_a_query_or_steps_that_fit_the_budget_only_without_their_own_index_are_r
         tmp_path, monkeypatch) -> None:
     """Nothing else runs: the memory is held by the index the request itself needs, so
     "try again in a moment" (503) would never come true; the answer is a 413 that says why."""
-    from tb_reduce_plugin import pipeline
     from tb_reduce_plugin.budget import BudgetBusy
     from tb_reduce_plugin.query import aggregate as query_aggregate
-    from tb_reduce_plugin.service import TraceService
+    from tb_reduce_plugin.reduce import pipeline
+    from tb_reduce_plugin.serve.service import TraceService
 
     logdir = tmp_path / "logs" / "run"
     logdir.mkdir(parents=True)
@@ -327,7 +365,7 @@ def test_flows_leaving_a_window_are_found_by_one_flag_per_key_as_by_sorting_the_
 
 
 def test_deriving_the_steps_holds_no_more_than_derive_bytes_charges_before_and_after_the_slices_are_made() -> None:
-    from tb_reduce_plugin.pipeline import DERIVE_BYTES_PER_SLICE, derive_bytes
+    from tb_reduce_plugin.reduce.pipeline import DERIVE_BYTES_PER_SLICE, derive_bytes
     from tb_reduce_plugin.waveforms.steps import derive
 
     for path in (TORCH_GPU, STALLED):

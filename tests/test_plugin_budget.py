@@ -27,9 +27,9 @@ from plugin_support import (
 )
 from tensorboard.plugins import base_plugin
 
-from tb_reduce_plugin import service as service_module
-from tb_reduce_plugin.pipeline import reduction_bytes
-from tb_reduce_plugin.plugin import TraceReduceLoader, TraceReducePlugin
+from tb_reduce_plugin.reduce.pipeline import reduction_bytes
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.plugin import TraceReduceLoader, TraceReducePlugin
 
 
 def plugin_with(tmp_path: Path, *argv: str) -> TraceReducePlugin:

@@ -15,8 +15,8 @@ from plugin_support import JAX_HOST, JAX_RUN, ROUTE, TORCH_HOST, TORCH_RUN, clie
 from tensorboard.backend import application
 from werkzeug.serving import make_server
 
-from tb_reduce_plugin import service as service_module
-from tb_reduce_plugin.plugin import TraceReducePlugin
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.plugin import TraceReducePlugin
 
 THREADS = 16
 

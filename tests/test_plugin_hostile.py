@@ -29,7 +29,7 @@ from tensorboard.backend import application
 from werkzeug.serving import make_server
 from werkzeug.test import Client, TestResponse
 
-from tb_reduce_plugin.plugin import TraceReducePlugin, frontend_dir
+from tb_reduce_plugin.serve.plugin import TraceReducePlugin, frontend_dir
 
 SECRET = "TOP-SECRET-7f3a9c1e"  # in files outside the logdir: must never come back
 REPO = Path(__file__).resolve().parents[1]

@@ -31,8 +31,8 @@ from plugin_support import (
 )
 from werkzeug.test import Client
 
-from tb_reduce_plugin import service as service_module
-from tb_reduce_plugin.plugin import DEFAULT_LEVEL, TraceReducePlugin
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.plugin import DEFAULT_LEVEL, TraceReducePlugin
 
 RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}  # SPEC §3
 HOSTS = [(JAX_RUN, JAX_HOST), (JAX_RUN, JAX_JSON_HOST), (TORCH_RUN, TORCH_HOST)]

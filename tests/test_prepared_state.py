@@ -12,12 +12,12 @@ import numpy as np
 from conftest import ROOT
 
 from tb_reduce_plugin.budget import MemoryBudget
+from tb_reduce_plugin.index.prepared import Prepared, prepared_of
 from tb_reduce_plugin.model import EventTable
-from tb_reduce_plugin.pipeline import index_file, reduce_index, reduction_bytes
-from tb_reduce_plugin.prepared import Prepared, prepared_of
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
-from tb_reduce_plugin.reduction import default_window, name_rank, plan, slices_of
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduction_bytes
+from tb_reduce_plugin.reduce.reduction import default_window, name_rank, plan, slices_of
 
 STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
 XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"

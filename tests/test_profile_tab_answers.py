@@ -15,7 +15,7 @@ from plugin_support import JAX_HOST, JAX_RUN, TORCH_HOST, TORCH_RUN, make_logdir
 from tb_reduce_plugin.profile_tab import asks, xprof_json
 from tb_reduce_plugin.profile_tab.answers import ProfileTabAnswers
 from tb_reduce_plugin.profile_tab.hook import ProfileTabHook
-from tb_reduce_plugin.service import NotFound, TraceService
+from tb_reduce_plugin.serve.service import NotFound, TraceService
 
 
 def _doc(answer: Any) -> dict:

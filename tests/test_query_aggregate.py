@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tb_reduce_plugin.errors import BadQuery
-from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.nesting import direct_parents
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 PYTORCH = ("public", "kineto", "tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz")
 BE_PAIRS = ("public", "catapult", "tracing__test_data__flow.json")

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from oracle_traces import TORCH_GPU, oracle_traces, write_trace
 
-from tb_reduce_plugin import reduction
 from tb_reduce_plugin.model import EventTable
-from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.query import aggregate as query_aggregate
 from tb_reduce_plugin.query.aggregate import DEFAULT_LIMIT, _longest_occurrence, _track_mask, aggregate, check_aggregate
 from tb_reduce_plugin.query.nesting import parents_of
 from tb_reduce_plugin.query.search import name_text
-from tb_reduce_plugin.reduction import default_window, name_rank, slices_of
+from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce.pipeline import index_file
+from tb_reduce_plugin.reduce.reduction import default_window, name_rank, slices_of
 
 
 def whole_table_aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[float] = None,

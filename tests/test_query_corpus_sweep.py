@@ -11,10 +11,10 @@ import pytest
 from test_corpus_sweep import CORPUS, TRACES
 
 from tb_reduce_plugin.model import INSTANT_PHASES
-from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import MAX_LIMIT, compile_query, name_text, search
-from tb_reduce_plugin.reduction import default_window, slices_of
+from tb_reduce_plugin.reduce.pipeline import index_file
+from tb_reduce_plugin.reduce.reduction import default_window, slices_of
 
 pytestmark = [
     pytest.mark.corpus,

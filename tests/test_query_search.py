@@ -17,9 +17,9 @@ from plugin_support import body_json, client, get, make_plugin
 from werkzeug.test import Client
 
 from tb_reduce_plugin.errors import BadQuery
-from tb_reduce_plugin.pipeline import index_file
 from tb_reduce_plugin.query import search as search_module
 from tb_reduce_plugin.query.search import compile_query, search
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
 RUN, HOST = "stalled_step", "torch_stalled_step"

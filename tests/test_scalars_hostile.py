@@ -160,7 +160,7 @@ def test_concurrent_identical_requests_encode_the_series_once_and_share_it(logdi
 
     from plugin_support import body_json, client, get, make_plugin
 
-    import tb_reduce_plugin.service as service
+    import tb_reduce_plugin.serve.service as service
 
     calls = []
     real = service.json_points

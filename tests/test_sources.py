@@ -17,10 +17,10 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tb_reduce_plugin import cli, sources
+from tb_reduce_plugin import cli
 from tb_reduce_plugin.errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError
-from tb_reduce_plugin.pipeline import index_file
-from tb_reduce_plugin.sources import (
+from tb_reduce_plugin.formats import sources
+from tb_reduce_plugin.formats.sources import (
     AHEAD_BYTES,
     DEFAULT_MAX_RATIO,
     DEFAULT_RATIO_FLOOR,
@@ -29,6 +29,7 @@ from tb_reduce_plugin.sources import (
     TraceStream,
     open_regular,
 )
+from tb_reduce_plugin.reduce.pipeline import index_file
 
 HANG_GUARD_S = 30  # not a speed limit: a call still running after this is stuck for good
 

@@ -20,15 +20,15 @@ from typing import Any, Iterator
 import pytest
 from plugin_support import JAX_SMALL, body_json, client, get, make_plugin, require_corpus
 
-from tb_reduce_plugin.chrome_json import ChromeJsonEvents, ChromeJsonReader
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.levels import args_policy
+from tb_reduce_plugin.formats.chrome_json import ChromeJsonEvents, ChromeJsonReader
+from tb_reduce_plugin.formats.sources import TraceStream
+from tb_reduce_plugin.formats.xspace import ERROR_KEY
+from tb_reduce_plugin.formats.xspace_schema import XEventView, XSpaceIndexView, XSpaceView
 from tb_reduce_plugin.model import decode_events, valid_utf8
-from tb_reduce_plugin.pipeline import TraceIndex, event_json, index_file, reduce_index
-from tb_reduce_plugin.sources import TraceStream
-from tb_reduce_plugin.writer import dumps, transform
-from tb_reduce_plugin.xspace import ERROR_KEY
-from tb_reduce_plugin.xspace_schema import XEventView, XSpaceIndexView, XSpaceView
+from tb_reduce_plugin.reduce.levels import args_policy
+from tb_reduce_plugin.reduce.pipeline import TraceIndex, event_json, index_file, reduce_index
+from tb_reduce_plugin.reduce.writer import dumps, transform
 from tests.xspace_oracle import convert
 
 FFFD = "\ufffd"

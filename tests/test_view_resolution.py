@@ -24,8 +24,8 @@ from plugin_support import assert_json_error, body_json, client, get, make_plugi
 from recorded_profiles import record_big_xspace
 from werkzeug.test import Client
 
-from tb_reduce_plugin import pipeline
-from tb_reduce_plugin.reduction import MAX_RESOLUTION, RESOLUTION
+from tb_reduce_plugin.reduce import pipeline
+from tb_reduce_plugin.reduce.reduction import MAX_RESOLUTION, RESOLUTION
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_JAX = ROOT / "demo_logdir" / "jax_mlp"

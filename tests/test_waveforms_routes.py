@@ -61,7 +61,7 @@ def test_waveforms_of_jax_xspace_and_json_hosts_agree(logdir: Path, tmp_path: Pa
 
 def test_waveforms_is_computed_once_per_file_version(logdir: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import tb_reduce_plugin.service as service
+    import tb_reduce_plugin.serve.service as service
 
     calls = []
     real = service.derive_index

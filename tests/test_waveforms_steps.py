@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import write_trace
 
-from tb_reduce_plugin.pipeline import index_file, waveforms_file
+from tb_reduce_plugin.reduce.pipeline import index_file, waveforms_file
 from tb_reduce_plugin.waveforms.categories import CATEGORIES, DEVICE_IDLE, UNACCOUNTED
 from tb_reduce_plugin.waveforms.steps import MARKER_PYTORCH, MARKER_STEP_NUM, MARKER_STEPS_LINE, NO_MARKERS, derive
 

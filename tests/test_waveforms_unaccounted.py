@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import write_trace
 
-from tb_reduce_plugin.pipeline import index_file, waveforms_file
+from tb_reduce_plugin.reduce.pipeline import index_file, waveforms_file
 from tb_reduce_plugin.waveforms.categories import UNACCOUNTED
 from tb_reduce_plugin.waveforms.scalars import RunScalars
 from tb_reduce_plugin.waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive

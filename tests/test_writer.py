@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tb_reduce_plugin.levels import ArgsPolicy, args_policy
-from tb_reduce_plugin.writer import cut_value, transform
+from tb_reduce_plugin.reduce.levels import ArgsPolicy, args_policy
+from tb_reduce_plugin.reduce.writer import cut_value, transform
 
 
 def test_level_0_and_1_write_the_original_bytes() -> None:

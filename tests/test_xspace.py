@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.pipeline import event_json, index_file, reduce_to_bytes
-from tb_reduce_plugin.xspace import decode_event_columns
-from tb_reduce_plugin.xspace_schema import XEvent, XSpace, XSpaceIndexView
+from tb_reduce_plugin.formats.xspace import decode_event_columns
+from tb_reduce_plugin.formats.xspace_schema import XEvent, XSpace, XSpaceIndexView
+from tb_reduce_plugin.reduce.pipeline import event_json, index_file, reduce_to_bytes
 from tests.jax_export_support import record_capped_jax_run
 from tests.protobuf_wire import field, varint
 from tests.xspace_oracle import convert, xevent_count
@@ -353,7 +353,7 @@ def test_events_interleaved_with_other_line_fields_are_still_read(tmp_path: Path
 
 @needs_corpus
 def test_events_decoded_in_many_small_chunks_on_threads_give_the_same_trace(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tb_reduce_plugin.xspace as xspace
+    import tb_reduce_plugin.formats.xspace as xspace
 
     path = CORPUS / "public" / "xprof" / "demo__plugins__profile__GPU-multi-worker__34.83.195.179_6003.xplane.pb"
     whole = reduce_to_bytes(path, level=0)

@@ -17,10 +17,10 @@ import numpy as np
 import orjson
 import pytest
 
-import tb_reduce_plugin.xspace as xspace
-from tb_reduce_plugin.levels import ArgsPolicy
-from tb_reduce_plugin.pipeline import index_file
-from tb_reduce_plugin.xspace_schema import XSpaceIndexView
+import tb_reduce_plugin.formats.xspace as xspace
+from tb_reduce_plugin.formats.xspace_schema import XSpaceIndexView
+from tb_reduce_plugin.reduce.levels import ArgsPolicy
+from tb_reduce_plugin.reduce.pipeline import index_file
 from tests.protobuf_wire import double, event, sfield, stat, tag, vfield
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin import native as native_module
-from tb_reduce_plugin.pipeline import index_file
-from tb_reduce_plugin.xspace import STEP_STAT, _Line, _Plane, _step_values
+from tb_reduce_plugin.formats.xspace import STEP_STAT, _Line, _Plane, _step_values
+from tb_reduce_plugin.reduce.pipeline import index_file
 from tests.protobuf_wire import sfield, stat, tag
 from tests.protobuf_wire import varint as _varint
 from tests.table_equality import native

@@ -1,7 +1,7 @@
 """An independent XSpace → Chrome trace conversion, for tests to judge ours against.
 
 Slow on purpose: it walks protobuf's own parse of the full schema event by event,
-shares no code with `tb_reduce_plugin.xspace` (only the message classes), and
+shares no code with `tb_reduce_plugin.formats.xspace` (only the message classes), and
 follows the mapping as docs/SEMANTICS.md states it. The vectorised reader must
 produce the same events, args included. Text is read as bytes (`XSpaceView`) and
 decoded as `bytes.decode("utf-8", "replace")`, the rule for undecodable text.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tb_reduce_plugin.xspace_schema import XSpaceView
+from tb_reduce_plugin.formats.xspace_schema import XSpaceView
 
 
 def _s(raw: bytes) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import TraceError
 from ..model import EventTable
-from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, TraceStream
+from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, TraceStream
 
 
 @dataclass

@@ -16,11 +16,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..chrome_json import ChromeJsonEvents, ChromeJsonReader, EventPositions, block_size_for
 from ..model import ColumnFiles, ScannedBlock, TableBuilder, decode_events
 from ..native import scanner_module
-from ..sources import TraceStream
 from . import Parsed, ReadOptions
+from .chrome_json import ChromeJsonEvents, ChromeJsonReader, EventPositions, block_size_for
+from .sources import TraceStream
 
 POSITION_FILES = {"starts": "pos_starts.npy", "lengths": "pos_lengths.npy"}
 _POSITION_DTYPES = {"starts": np.int64, "lengths": np.int32}

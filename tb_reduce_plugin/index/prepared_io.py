@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..prepared import Prepared
 from ..query.search import _Searchable
-from ..reduction import _FlowBinding, _FlowSegment, _Static
+from ..reduce.reduction import _FlowBinding, _FlowSegment, _Static
 from ..slices import SliceTable
+from .prepared import Prepared
 
 _KINDS: dict[str, type] = {cls.__name__: cls for cls in (SliceTable, _Static, _FlowBinding, _FlowSegment,
                                                         _Searchable)}
@@ -94,10 +94,27 @@ def _encode_list(items: list, out: _Arrays) -> dict:
                 and len({v.dtype for v in values}) == 1:
             offsets = np.zeros(len(values) + 1, dtype=np.int64)
             np.cumsum([len(v) for v in values], out=offsets[1:])
-            fields[f.name] = {"cat": out.add(np.concatenate(values)), "at": out.add(offsets)}
+            whole = _tiled(values, offsets)  # views that tile one (mapped) array: kept as it is
+            fields[f.name] = {"cat": out.add(whole if whole is not None else np.concatenate(values)),
+                              "at": out.add(offsets)}
         else:
             raise TypeError(f"{kind}.{f.name} is not kept")
     return {"ld": kind, "n": len(items), "f": fields}
+
+
+def _tiled(values: list, offsets: np.ndarray) -> Any:
+    """The one array `values` are consecutive views of, covering it exactly, or None: the
+    flow binding's segments are views of mapped files, and concatenating them would read
+    every page of those files into memory to write the same bytes again."""
+    base = values[0].base
+    if base is None or not isinstance(base, np.ndarray) or base.ndim != 1 or not base.flags.c_contiguous \
+            or base.dtype != values[0].dtype or len(base) != int(offsets[-1]):
+        return None
+    step, at = base.dtype.itemsize, base.ctypes.data
+    for v, o in zip(values, offsets[:-1].tolist()):
+        if v.base is not base or v.ctypes.data != at + o * step or (len(v) > 1 and v.strides[0] != step):
+            return None
+    return base
 
 
 def decode(spec: dict, array: Callable[[str], np.ndarray]) -> Prepared:

@@ -52,14 +52,14 @@ from isal import isal_zlib
 
 from .. import FORMAT_VERSION
 from ..budget import Account
-from ..chrome_json import ChromeJsonEvents, EventPositions
 from ..errors import TraceError
+from ..formats.chrome_json import ChromeJsonEvents, EventPositions
+from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
 from ..mapped import map_array
 from ..model import EventTable, SpillFailed
-from ..pipeline import TraceIndex, index_file
-from ..prepared import Prepared
-from ..sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
+from ..reduce.pipeline import TraceIndex, index_file
 from . import prepared_io
+from .prepared import Prepared
 
 log = logging.getLogger(__name__)
 # Exceptions are logged by their text (`str(exc)`), never as objects: a record that keeps
@@ -237,6 +237,7 @@ class IndexStore:
             self._remove(digest)
             return None
         self._adopt_blocks(folder, index)
+        self._give_scratch(index)
         index.prepared_kept = index.prepared.ready_fields()
         index.seconds = time.perf_counter() - began
         self._hold(digest, index)
@@ -413,6 +414,21 @@ class IndexStore:
         if not self.usable:
             return None
         return os.path.join(self.directory, f"{_TMP}spill-{next(_staged)}-{os.getpid()}-{threading.get_ident()}")
+
+    def _give_scratch(self, index: TraceIndex) -> None:
+        """A folder for the state plans and queries prepare on a reopened index (what was
+        not kept, or a new kind), as a parse's spill folder is for a new one: without it,
+        that state is made and held in memory (~70 B an event, more than a 50 M-event
+        trace leaves of the default budget). It goes with the index."""
+        scratch = self.spill_folder()
+        if scratch is None:
+            return
+        try:
+            os.makedirs(scratch)
+        except OSError:
+            return  # a full or read-only disk: prepared in memory, as before
+        index.table.scratch = scratch
+        weakref.finalize(index, shutil.rmtree, scratch, True)
 
     @staticmethod
     def forget_spill(index: TraceIndex) -> None:

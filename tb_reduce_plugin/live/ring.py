@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 from ..errors import TraceError
-from ..sources import FileIdentity, open_regular
+from ..formats.sources import FileIdentity, open_regular
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -57,8 +57,8 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from ..discovery import split_trace_name
 from ..errors import TraceError
+from ..formats.logdir import split_trace_name
 from ..waveforms.steps import StepSeries
 from .windows import LiveWriteError
 

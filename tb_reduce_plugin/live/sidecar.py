@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ..budget import machine_memory_bytes
-from ..discovery import split_trace_name
 from ..errors import TraceError, display_name
-from ..sources import open_regular
+from ..formats.logdir import split_trace_name
+from ..formats.sources import open_regular
 from .anomalies import prune_anomalies
 from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError

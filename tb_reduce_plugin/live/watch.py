@@ -41,9 +41,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from ..discovery import TreeWalk, looks_like_chrome_trace, split_trace_name
 from ..errors import TraceError
-from ..sources import GZIP_MAGIC, FileIdentity, open_regular
+from ..formats.logdir import TreeWalk, looks_like_chrome_trace, split_trace_name
+from ..formats.sources import GZIP_MAGIC, FileIdentity, open_regular
 from .windows import RawKey
 
 Version = tuple[int, int, int, int]  # dev, ino, size, mtime_ns

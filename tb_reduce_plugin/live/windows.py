@@ -55,9 +55,9 @@ import numpy as np
 
 from ..budget import MemoryBudget, Unlimited
 from ..errors import TraceError
+from ..formats.sources import FileIdentity
 from ..model import PH_M
-from ..pipeline import derive_index, index_file, parse_level, reduce_index
-from ..sources import FileIdentity
+from ..reduce.pipeline import derive_index, index_file, parse_level, reduce_index
 from ..waveforms.steps import StepSeries
 
 Level = Union[int, str]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from ..writer import Sink, dumps
+from ..reduce.writer import Sink, dumps
 from .clock import Alignment, HostClock
 from .lanes import lane_events
 

@@ -31,12 +31,12 @@ from typing import Any, Callable, Optional, TypeVar
 
 from .. import FORMAT_VERSION, __version__, mapped
 from ..budget import MB, MemoryBudget
-from ..cache import IndexCache
 from ..errors import IndexDamaged, ObjectStoreError, TraceError
+from ..formats.sources import FileIdentity
 from ..index.store import IndexStore, default_index_bytes, indexed
-from ..pipeline import TraceIndex, index_file, reduce_index
-from ..reduction import default_window
-from ..sources import FileIdentity
+from ..reduce.pipeline import TraceIndex, index_file, reduce_index
+from ..reduce.reduction import default_window
+from ..serve.cache import IndexCache
 from .clock import host_clock
 
 # The code a task needs: a worker of another version refuses it (its reductions could differ).

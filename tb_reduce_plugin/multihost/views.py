@@ -39,12 +39,12 @@ from typing import Any, Optional, Sequence
 import orjson
 
 from .. import FORMAT_VERSION, OUTPUT_REVISION
-from ..cache import MemoryBody, key_digest
 from ..errors import NotFound, ObjectStoreError, TraceError
-from ..gate import ServerBusy
-from ..levels import RESOLUTION
-from ..reduction import default_window
-from ..writer import Sink
+from ..reduce.levels import RESOLUTION
+from ..reduce.reduction import default_window
+from ..reduce.writer import Sink
+from ..serve.cache import MemoryBody, key_digest
+from ..serve.gate import ServerBusy
 from .clock import Alignment, HostClock, align, host_clock
 from .executor import HostExecutor, Outcome
 from .merge import HostPart, write_merged

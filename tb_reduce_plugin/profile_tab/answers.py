@@ -28,13 +28,13 @@ import orjson
 from isal import igzip, isal_zlib
 
 from .. import FORMAT_VERSION, OUTPUT_REVISION
-from ..cache import Body, MemoryBody, key_digest
-from ..discovery import TraceFile
-from ..levels import ArgsPolicy
 from ..model import PH_B, PH_X
-from ..pipeline import TraceIndex, event_json
-from ..reduction import default_window, slices_of
-from ..service import NotFound, TraceService
+from ..reduce.levels import ArgsPolicy
+from ..reduce.pipeline import TraceIndex, event_json
+from ..reduce.reduction import default_window, slices_of
+from ..serve.cache import Body, MemoryBody, key_digest
+from ..serve.discovery import TraceFile
+from ..serve.service import NotFound, TraceService
 from . import xprof_json
 from .asks import Ask
 

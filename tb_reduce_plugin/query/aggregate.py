@@ -22,12 +22,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import reduction
 from ..errors import BadQuery
+from ..index.prepared import prepared_of
 from ..mapped import scratch_array
 from ..model import EventTable
-from ..prepared import prepared_of
-from ..reduction import name_rank, slices_of
+from ..reduce import reduction
+from ..reduce.reduction import name_rank, slices_of
 from ..slices import SliceTable
 from .nesting import parents_of
 from .search import SLICES_BYTES_PER_EVENT, check_page, check_range, name_text

@@ -24,11 +24,12 @@ from typing import Optional
 
 import numpy as np
 
-from .. import reduction
+from ..index.prepared import prepared_of
 from ..mapped import spill
 from ..model import EventTable
-from ..prepared import prepared_of
-from ..reduction import slice_order, slices_of
+from ..reduce import reduction
+from ..reduce.reduction import slice_order, slices_of
+from ..slices import chunk_end
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
 _LOOP_BELOW = 256
@@ -58,7 +59,7 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
     stack = np.zeros(0, dtype=np.int64)  # the open slices after the previous chunk, outermost first
     a = 0
     while a < m:
-        b = _chunk_end(by_start, track, start, a, chunk)
+        b = chunk_end(by_start, track, start, a, chunk)
         ids = np.asarray(by_start[a:b], dtype=np.int64)
         trk, s, e = track[ids], start[ids], end[ids]
         local = np.lexsort((ids, -e, s, trk))  # as `slices.nesting` sorts: the longer first, file order last
@@ -79,22 +80,6 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
         stack = every[chain[::-1]]
         a = b
     return parent
-
-
-def _chunk_end(by_start: np.ndarray, track: np.ndarray, start: np.ndarray, a: int, chunk: int) -> int:
-    """Where the chunk from `a` ends: `chunk` slices on, moved past any slices that share
-    the (track, start) of the last one."""
-    m = len(by_start)
-    b = min(a + chunk, m)
-    while b < m:
-        last = by_start[b - 1]
-        ahead = np.asarray(by_start[b:b + chunk])
-        same = (track[ahead] == track[last]) & (start[ahead] == start[last])
-        differ = np.flatnonzero(~same)
-        if len(differ):
-            return b + int(differ[0])
-        b += len(ahead)
-    return b
 
 
 def _candidates(s: np.ndarray, e: np.ndarray, trk: np.ndarray, carried: int) -> np.ndarray:

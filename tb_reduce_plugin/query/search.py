@@ -27,10 +27,10 @@ import numpy as np
 import re2
 
 from ..errors import BadQuery, TraceError
+from ..index.prepared import prepared_of
 from ..mapped import spill
 from ..model import INSTANT_PHASES, EventTable, ph_in
-from ..prepared import prepared_of
-from ..reduction import check_window, slices_of
+from ..reduce.reduction import check_window, slices_of
 from ..slices import SliceTable
 
 MAX_QUERY_CHARS = 1000

@@ -28,7 +28,7 @@ import google_crc32c
 import numpy as np
 
 from ..errors import display_name
-from ..sources import open_regular
+from ..formats.sources import open_regular
 
 HEADER_BYTES = 12  # length (8) + masked CRC32C of the length (4)
 FOOTER_BYTES = 4  # masked CRC32C of the payload

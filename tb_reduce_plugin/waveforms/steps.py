@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..model import EventTable
-from ..reduction import slices_of
+from ..reduce.reduction import slices_of
 from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, backward_tracks, classify, device_tracks, wrappers
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

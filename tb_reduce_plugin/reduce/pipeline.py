@@ -15,17 +15,17 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 
 import numpy as np
 
-from . import FORMAT_VERSION
-from .budget import Account, MemoryBudget, Unlimited, release_free_memory
-from .errors import TraceError
-from .formats import ReadOptions, reader_for, sniff
+from .. import FORMAT_VERSION
+from ..budget import Account, MemoryBudget, Unlimited, release_free_memory
+from ..errors import TraceError
+from ..formats import ReadOptions, reader_for, sniff
+from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
+from ..index.prepared import Prepared, prepared_of
+from ..mapped import spill
+from ..model import INSTANT_PHASES, EventTable, valid_utf8
+from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
-from .mapped import spill
-from .model import INSTANT_PHASES, EventTable, valid_utf8
-from .prepared import Prepared, prepared_of
-from .reduction import CHUNK_SLICES, Plan, check_window, default_window, events_in_window, plan, plan_within
-from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
-from .waveforms.steps import StepSeries, derive
+from .reduction import CHUNK_EVENTS, CHUNK_SLICES, Plan, check_window, default_window, events_in_window, plan, plan_within
 from .writer import EventSource, Sink, atomic_output, write_trace
 
 Level = Union[int, str]
@@ -33,20 +33,27 @@ Progress = Callable[[int, int], None]
 BUDGET_EVENTS = 500_000
 BUDGET_BYTES = 64 * 1024 * 1024
 # Memory of one plan at its peak (see `reduction_bytes`), measured with tracemalloc on
-# traces of one kind of event each (bench/README.md, "plan memory"): flags and
-# temporaries per event (14-16 B measured), per counter sample (83 B: its series'
-# buckets are sorted whole) and per instant (45 B beyond the flags), plus what one chunk
-# of a track's slices holds (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured:
-# ~19 MB for a full chunk). The summaries are charged as they are made.
-PLAN_BYTES_PER_EVENT = 20
+# traces of one kind of event each (`test_plan_memory`, bench/README.md "plan memory"):
+# flags per event and per slice (5-12 B an event measured with chunks of 4,096), per
+# counter sample (83 B: its series' buckets are sorted whole) and per instant (~60 B
+# when every instant is the first of its bucket), plus what one chunk holds: a chunk of
+# a track's slices (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured: ~19 MB)
+# and a chunk of events while the per-event flags, the slices and the flow binding are
+# made (`reduction.CHUNK_EVENTS`, ~75 B an event of one chunk). The summaries are charged
+# as they are made.
+PLAN_BYTES_PER_EVENT = 12
 PLAN_BYTES_PER_SAMPLE = 96
 PLAN_BYTES_PER_INSTANT = 64
 PLAN_BYTES_PER_CHUNK_SLICE = 80
-PREPARED_BYTES_PER_EVENT = 72
-# ... when the table has a scratch folder (`EventTable.scratch`): the slices, their order
-# and the flow binding's per-slice arrays are written there and mapped one by one, so the
-# first plan holds 25-29 B an event beyond its own (tracemalloc, bench/README.md).
-PREPARED_SPILLED_BYTES_PER_EVENT = 40
+PLAN_BYTES_PER_CHUNK_EVENT = 96
+# A table's first plan also prepares the state every plan shares (the slices, their
+# order, the masks, the flow binding) and keeps it: 50-70 B an event held (more where
+# flows are many), ~100 B at the peak of making it.
+PREPARED_BYTES_PER_EVENT = 104
+# ... when the table has a scratch folder (`EventTable.scratch`): that state is made a
+# chunk at a time and written there as it is made (`mapped.Appended`), so the first plan
+# holds 1-6 B an event beyond its own (tracemalloc, `test_plan_memory`), and the chunk.
+PREPARED_SPILLED_BYTES_PER_EVENT = 8
 KEPT_BYTES_PER_EVENT = 12
 # Per distinct name, the first plan's sort of the names (a key tuple and an int each,
 # two lists): ~85 B measured with 2 M distinct names, beyond the per-event costs.
@@ -354,7 +361,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in INSTANT_PHASES)
     need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
             + PLAN_BYTES_PER_INSTANT * instants + PLAN_BYTES_PER_CHUNK_SLICE * min(n, CHUNK_SLICES)
-            + (WRITE_BLOCKS * block if block else WRITE_BYTES))
+            + PLAN_BYTES_PER_CHUNK_EVENT * min(n, CHUNK_EVENTS) + (WRITE_BLOCKS * block if block else WRITE_BYTES))
     if level == 0:
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)
     elif level == "auto":  # it picks level 0 only when that keeps at most BUDGET_EVENTS

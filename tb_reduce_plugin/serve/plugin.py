@@ -75,22 +75,22 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from . import __version__
-from .budget import BudgetBusy, OverBudget
+from .. import __version__
+from ..budget import BudgetBusy, OverBudget
+from ..errors import BadQuery, FileChanged, IndexDamaged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
+from ..multihost.executor import DEFAULT as DEFAULT_WORKERS
+from ..multihost.executor import BadWorkers, check_workers
+from ..multihost.selection import BadHosts
+from ..multihost.spread import host_waveforms
+from ..profile_tab import asks
+from ..profile_tab.answers import ProfileTabAnswers
+from ..profile_tab.hook import MODES, ProfileTabHook, WsgiApp
+from ..reduce.pipeline import check_window, parse_level
+from ..reduce.reduction import MAX_RESOLUTION, RESOLUTION
+from ..waveforms.scalars import is_tag_id
 from .cache import Body
-from .errors import BadQuery, FileChanged, IndexDamaged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
 from .gate import ServerBusy
-from .multihost.executor import DEFAULT as DEFAULT_WORKERS
-from .multihost.executor import BadWorkers, check_workers
-from .multihost.selection import BadHosts
-from .multihost.spread import host_waveforms
-from .pipeline import check_window, parse_level
-from .profile_tab import asks
-from .profile_tab.answers import ProfileTabAnswers
-from .profile_tab.hook import MODES, ProfileTabHook, WsgiApp
-from .reduction import MAX_RESOLUTION, RESOLUTION
 from .service import NotFound, TraceService, default_cache_dir
-from .waveforms.scalars import is_tag_id
 
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
@@ -103,11 +103,11 @@ SERVED_BY = f"tb-reduce/{__version__}"  # the header on every Profile-tab respon
 
 def frontend_dir() -> Path:
     """The dashboard's files: installed as `tb_reduce_plugin/frontend`, or `frontend/` in a checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "frontend", here.parent / "frontend"):
+    package = Path(__file__).resolve().parent.parent  # this module is `tb_reduce_plugin/serve/plugin.py`
+    for candidate in (package / "frontend", package.parent / "frontend"):
         if (candidate / "index.js").is_file():
             return candidate
-    return here / "frontend"
+    return package / "frontend"
 
 
 Handler = Callable[[wrappers.Request], wrappers.Response]

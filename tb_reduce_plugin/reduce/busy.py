@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from .native import scanner_module
+from ..native import scanner_module
 
 DIGITS = 10  # "0".."9"
 ZERO = ord("0")

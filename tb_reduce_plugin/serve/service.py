@@ -39,23 +39,24 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 from isal import isal_zlib
 
-from . import FORMAT_VERSION, OUTPUT_REVISION, mapped, objectstore
-from .budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
+from .. import FORMAT_VERSION, OUTPUT_REVISION, mapped
+from ..budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
+from ..errors import FileChanged, IndexDamaged, InputTooLarge, NotFound, ObjectStoreError, TraceError
+from ..formats import objectstore
+from ..formats.chrome_json import ChromeJsonEvents
+from ..formats.sources import DEFAULT_MAX_RATIO, FileIdentity
+from ..index.store import IndexStore, default_index_bytes, parse_spilling
+from ..multihost.executor import LocalPool, make_executor
+from ..multihost.views import MergedViews
+from ..query import aggregate as query_aggregate
+from ..query import search as query_search
+from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from ..waveforms.categories import CATEGORIES
+from ..waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
+from ..waveforms.scalars import tag_id as scalar_tag_id
 from .cache import Body, DiskCache, IndexCache, MemoryBody, SingleFlight, key_digest
-from .chrome_json import ChromeJsonEvents
 from .discovery import Catalog, TraceFile
-from .errors import FileChanged, IndexDamaged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from .gate import ComputeGate, default_workers
-from .index.store import IndexStore, default_index_bytes, parse_spilling
-from .multihost.executor import LocalPool, make_executor
-from .multihost.views import MergedViews
-from .pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
-from .query import aggregate as query_aggregate
-from .query import search as query_search
-from .sources import DEFAULT_MAX_RATIO, FileIdentity
-from .waveforms.categories import CATEGORIES
-from .waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
-from .waveforms.scalars import tag_id as scalar_tag_id
 
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out

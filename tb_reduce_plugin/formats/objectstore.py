@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, BinaryIO, Optional
 
-from .errors import FileChanged, InputTooLarge, ObjectStoreError, display_name
+from ..errors import FileChanged, InputTooLarge, ObjectStoreError, display_name
 from .sources import FileIdentity
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

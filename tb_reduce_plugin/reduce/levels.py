@@ -17,26 +17,12 @@ This module imports nothing from the package: every layer may use it.
 
 from __future__ import annotations
 
-from enum import Enum
+from ..model import ArgsPolicy
 
 LEVELS = (0, 1, 2, 3, 4)
 # Buckets across the window, per level 1-4 (level 0 keeps every event: no buckets).
 RESOLUTION = {1: 100_000, 2: 20_000, 3: 5_000, 4: 1_000}
 MAX_RESOLUTION = 1_000_000  # buckets a window may be cut into: planning's arrays stay per event, not per bucket
-
-
-class ArgsPolicy(Enum):
-    """What is written of a kept event's args (docs/SEMANTICS.md, "Args by level").
-
-    `M` events are written unchanged under every policy (G6).
-    """
-
-    KEEP = "keep"  # levels 0 and 1: args as the input holds them
-    TRIM = "trim"  # level 2: strings cut to 256 characters, lists to 32 items, at any depth,
-    #                and "tb_reduce.cut": true added to the args when anything was cut
-    DROP = "drop"  # levels 3 and 4, and any level asked without args: args removed, except
-    #                on `C` events (a counter's args are its values) and the flow binding
-    #                keys bind_id, flow_in, flow_out
 
 
 _BY_LEVEL = {0: ArgsPolicy.KEEP, 1: ArgsPolicy.KEEP, 2: ArgsPolicy.TRIM, 3: ArgsPolicy.DROP, 4: ArgsPolicy.DROP}

@@ -37,7 +37,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, Iterator, Optional, TypeVar, Union
 
-from .budget import Account, MemoryBudget, Unlimited
+from ..budget import Account, MemoryBudget, Unlimited
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

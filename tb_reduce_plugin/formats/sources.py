@@ -26,7 +26,7 @@ from typing import BinaryIO, Callable, Optional
 
 from isal import igzip, isal_zlib
 
-from .errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError, display_name
+from ..errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError, display_name
 
 try:
     import fcntl

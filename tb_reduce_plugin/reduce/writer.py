@@ -22,9 +22,9 @@ import numpy as np
 import orjson
 from isal import igzip
 
-from .errors import TraceError
+from ..errors import TraceError
+from ..model import clean_json_text, valid_utf8
 from .levels import ArgsPolicy, args_policy
-from .model import clean_json_text, valid_utf8
 from .reduction import Plan
 
 STRING_LIMIT = 256

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import TraceError
+from ..errors import TraceError
 
 # XSpace: planes 1, errors 2, warnings 3, hostnames 4. XPlane: lines 3, event_metadata 4,
 # stat_metadata 5, stats 6 (id 1 and name 2 are scalars). XLine: events 4 (tag 0x22).

@@ -35,8 +35,8 @@ import msgspec
 import numpy as np
 from isal import isal_zlib
 
-from .errors import FileChanged, TraceError
-from .model import clean_json_text
+from ..errors import FileChanged, TraceError
+from ..model import clean_json_text
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream, open_regular
 
 log = logging.getLogger(__name__)

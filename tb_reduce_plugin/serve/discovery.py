@@ -88,7 +88,6 @@ name and the other gets `~2` (`~3`, …), in a fixed order.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import threading
@@ -96,29 +95,15 @@ import time
 import zlib
 from calendar import timegm
 from dataclasses import dataclass, replace
-from typing import BinaryIO, Iterable, Iterator, Optional
+from typing import Optional
 
-from . import objectstore
-from .errors import TraceError, display_name
-from .sources import FileIdentity, open_regular
+from ..errors import TraceError, display_name
+from ..formats import objectstore
+from ..formats.logdir import MAX_DEPTH, MAX_ENTRIES, TreeWalk, content, looks_like_chrome_trace, open_head, split_trace_name
+from ..formats.sources import FileIdentity, open_regular
 
 # (suffix, format), most specific first; `.json(.gz)` files are checked by content.
-SUFFIXES = (
-    (".xplane.pb", "xspace"),
-    (".pt.trace.json.gz", "chrome-json"),
-    (".pt.trace.json", "chrome-json"),
-    (".trace.json.gz", "chrome-json"),
-    (".trace.json", "chrome-json"),
-    (".json.gz", "chrome-json?"),
-    (".json", "chrome-json?"),
-)
 FORMAT_RANK = {"xspace": 0, "chrome-json": 1}
-MAX_ENTRIES = 200_000  # directory entries visited per walk, at most
-MAX_DEPTH = 16
-SNIFF_BYTES = 4096
-# Object-format files may put `traceEvents` after a long header (Kineto's `deviceProperties`
-# for 8 GPUs, a benchmark's `metadata`: 5-30 KB in the corpus), so look this far for it.
-SCAN_BYTES = 1 << 20
 LIVE_FOLDER = "live"  # where `tb-reduce live` writes its windows and their scalars
 # TensorBoard's profile plugin writes an empty event file beside a profile (so TensorBoard sees
 # a run there); it holds no scalars, so a folder with only such files is no scalar run.
@@ -192,62 +177,6 @@ class TraceFile:
         return FileIdentity(self.dev, self.ino, self.bytes, self.mtime_ns)
 
 
-def _content(f: BinaryIO, limit: int) -> Iterator[bytes]:
-    """The first `limit` bytes of a file's content (gunzipped if it is gzip), in chunks."""
-    gz = f.read(2) == b"\x1f\x8b"
-    f.seek(0)
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
-    while limit > 0:
-        if inflate is None:
-            chunk = f.read(min(64 * 1024, limit))
-            if not chunk:
-                return
-        else:
-            raw = inflate.unconsumed_tail or f.read(64 * 1024)
-            if not raw:
-                return
-            chunk = inflate.decompress(raw, min(64 * 1024, limit))
-        limit -= len(chunk)
-        yield chunk
-        if inflate is not None and inflate.eof:
-            return
-
-
-def looks_like_chrome_trace(path: str, expect: Optional[FileIdentity] = None) -> bool:
-    """A `.json(.gz)` file is a trace if its first bytes look like one, or, for an object,
-    if it has a `traceEvents` key in its first `SCAN_BYTES` (bounded).
-
-    Opened as every reader opens (`open_regular`): a FIFO or device swapped in since
-    the walk's `stat` (`expect`) is refused without blocking, not sniffed.
-    """
-    try:
-        f = _open_head(path, expect, SCAN_BYTES)
-        with f:
-            chunks = _content(f, SCAN_BYTES)
-            head = b""
-            for chunk in chunks:
-                head += chunk
-                if len(head) >= SNIFF_BYTES:
-                    break
-            text = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:SNIFF_BYTES]
-            if text[:1] == b"[":
-                return b'"ph"' in text or text[1:].lstrip()[:1] in (b"{", b"]")
-            if text[:1] != b"{":
-                return False
-            if b'"traceEvents"' in text or b'"ph"' in text:
-                return True
-            if b'"traceEvents"' in head:
-                return True
-            tail = head[-16:]
-            for chunk in chunks:
-                if b'"traceEvents"' in tail + chunk:
-                    return True
-                tail = chunk[-16:]
-    except (OSError, zlib.error, EOFError, gzip.BadGzipFile, TraceError):
-        return False
-    return False
-
-
 def distributed_info(path: str, expect: Optional[FileIdentity] = None) -> Optional[tuple[int, int]]:
     """(rank, world_size) of a PyTorch rank's trace, from its `distributedInfo` key, or None.
 
@@ -258,9 +187,9 @@ def distributed_info(path: str, expect: Optional[FileIdentity] = None) -> Option
     """
     head = b""
     try:
-        f = _open_head(path, expect, RANK_SCAN_BYTES)
+        f = open_head(path, expect, RANK_SCAN_BYTES)
         with f:
-            for chunk in _content(f, RANK_SCAN_BYTES):
+            for chunk in content(f, RANK_SCAN_BYTES):
                 head += chunk
                 if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b""):
                     return None  # Array format: no top-level keys
@@ -298,15 +227,6 @@ def session_time(folder: str) -> Optional[int]:
         return None
 
 
-def _open_head(path: str, expect: Optional[FileIdentity], limit: int) -> BinaryIO:
-    """A file opened as every reader opens it (`open_regular`), or, for an object in a
-    store, its first `limit` bytes (one range read, of the version the walk listed): a
-    head is all the sniffers read, and they stop at `limit` bytes of content."""
-    if objectstore.is_url(path):
-        return io.BytesIO(objectstore.read_head(path, expect, limit))
-    return open_regular(path, expect=expect)[0]
-
-
 def count_export_events(path: str, expect: Optional[FileIdentity] = None) -> Optional[int]:
     """How many of the events JAX's export cap counts a JAX `trace.json(.gz)` holds, counted
     up to `JAX_EXPORT_CAP` (reaching it means capped), or None when it cannot be told (an
@@ -341,14 +261,6 @@ def count_export_events(path: str, expect: Optional[FileIdentity] = None) -> Opt
     return min(n, JAX_EXPORT_CAP)
 
 
-def split_trace_name(name: str) -> Optional[tuple[str, str]]:
-    """(host, format) of a trace file's name, or None for a name no trace has."""
-    for suffix, fmt in SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)], fmt
-    return None
-
-
 def run_name(rel_dir: str) -> str:
     parts = [] if rel_dir in ("", ".") else rel_dir.split(os.sep)
     for i in range(len(parts) - 2):
@@ -356,84 +268,6 @@ def run_name(rel_dir: str) -> str:
             parts = parts[:i] + parts[i + 2:]
             break
     return "/".join(parts) if parts else "."
-
-
-class TreeWalk:
-    """The entries under a folder that are not folders, as (folder, entry): cheaply and bounded.
-
-    Depth-first; names starting with '.' skipped; `exclude`d folders not entered; at
-    most `MAX_DEPTH` deep; it stops after `MAX_ENTRIES` entries (`truncated` then says
-    so). Symlinked folders are entered only with `follow_symlinks`, and then only once
-    (by real path) and never one that holds the walk's root, so a loop ends. Folders
-    left out are noted in `skipped` as (path, reason). The logdir walk and the live
-    watcher (which follows no links) share it.
-    """
-
-    def __init__(self, root: str, exclude: Iterable[str] = (), follow_symlinks: bool = False) -> None:
-        self.root = root
-        self.exclude = frozenset(exclude)
-        self.follow_symlinks = follow_symlinks
-        self.truncated = False
-        self.skipped: list[tuple[str, str]] = []
-
-    def __iter__(self) -> Iterator[tuple[str, os.DirEntry]]:
-        visited = 0
-        root_real = os.path.realpath(self.root)
-        entered = {root_real}  # real paths of the folders walked (their real children follow by name)
-        stack = [(self.root, root_real, 0)]
-        while stack:
-            directory, real, depth = stack.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except OSError as exc:
-                if directory != self.root:
-                    self.skipped.append((directory, f"cannot be read ({exc.strerror or exc})"))
-                continue
-            for entry in entries:
-                visited += 1
-                if visited > MAX_ENTRIES:
-                    self.truncated = True
-                    self.skipped.append((directory, f"not walked to the end: the walk stops after "
-                                                    f"{MAX_ENTRIES:,} entries"))
-                    return
-                if entry.name.startswith("."):
-                    continue
-                target: Optional[str] = None  # the folder to walk, for a folder or a link to one
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        target = os.path.join(real, entry.name)
-                    elif entry.is_symlink() and entry.is_dir():  # a link to a folder
-                        if not self.follow_symlinks:
-                            self.skipped.append((entry.path, "a link to a folder, not followed "
-                                                             "(--tb_reduce_follow_symlinks=false)"))
-                            continue
-                        target = os.path.realpath(entry.path)
-                        why = _walked_already(target, entered, root_real)
-                        if why is not None and target not in self.exclude:
-                            self.skipped.append((entry.path, why))
-                            continue
-                except OSError:
-                    continue
-                if target is None:
-                    yield directory, entry
-                    continue
-                if target in self.exclude:
-                    continue
-                if depth >= MAX_DEPTH:
-                    self.skipped.append((entry.path, f"deeper than {MAX_DEPTH} folders: not walked"))
-                    continue
-                entered.add(target)
-                stack.append((entry.path, target, depth + 1))
-
-
-def _walked_already(target: str, entered: set[str], root: str) -> Optional[str]:
-    """Why a linked folder is not walked: it was (a loop), it holds the root (a loop
-    through it), or it is inside the root (walked under its own name); else None."""
-    if target in entered or target == root or root.startswith(target + os.sep):
-        return "a link to a folder walked already (a loop)"
-    if target.startswith(root + os.sep):
-        return "a link to a folder inside the logdir, listed under its own name"
-    return None
 
 
 def events_folder(trace_dir: str) -> str:
