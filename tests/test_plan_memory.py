@@ -149,6 +149,9 @@ def _kinds(tmp_path: Path, n: int) -> dict[str, Path]:
     return {
         "one track of slices": write_trace(tmp_path / "x.json.gz", [
             {"ph": "X", "name": f"op{i % 300}", "pid": 1, "tid": 1, "ts": ts[i], "dur": dur[i]} for i in range(n)]),
+        "slices out of order": write_trace(tmp_path / "o.json.gz", [  # the slice order is sorted, not found
+            {"ph": "X", "name": f"op{i % 300}", "pid": 1, "tid": i % 3, "ts": ts[(i * 7919) % n], "dur": dur[i]}
+            for i in range(n)]),
         "counters": write_trace(tmp_path / "c.json.gz", [
             {"ph": "C", "name": f"mem{i % 3}", "pid": 1, "tid": 1, "ts": ts[i], "args": {"a": i % 977, "b": i % 13}}
             for i in range(n)]),

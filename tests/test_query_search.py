@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import ROOT
 from plugin_support import body_json, client, get, make_plugin
@@ -199,4 +200,67 @@ def test_what_a_search_charges_the_memory_budget_counts_the_state_it_prepares_th
     cold = search_module.working_bytes(t)  # slices and time order still to build
     search(t, compile_query("no such name"))
     warm = search_module.working_bytes(t)
-    assert cold > warm == search_module.WARM_BYTES_PER_EVENT * len(t) > 0
+    assert cold > warm == (search_module.WARM_BYTES_PER_EVENT * len(t) + search_module.HIT_BYTES * search_module.MAX_LIMIT
+                           + search_module.CHUNK_BYTES_PER_ROW * min(len(t), search_module.CHUNK_ROWS)) > 0
+
+
+def _slices_and_instants(tmp_path: Path, n: int) -> Path:
+    events = []
+    for i in range(n):
+        if i % 4 == 3:
+            events.append({"ph": "i", "name": f"mark{i % 7}", "pid": 1, "tid": i % 3, "ts": float(n - i), "s": "t"})
+        else:
+            events.append({"ph": "X", "name": f"op{i % 50}", "pid": 1, "tid": i % 3, "ts": float((i * 7919) % n),
+                           "dur": 3.0})
+    path = tmp_path / "si.json.gz"
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        json.dump({"traceEvents": events}, f)
+    return path
+
+
+@pytest.mark.parametrize("chunk", [4096, None])
+@pytest.mark.parametrize("scratch", [False, True])
+def test_a_searchs_traced_peak_first_and_warm_stays_within_what_working_bytes_charges(tmp_path, monkeypatch,
+                                                                                       chunk, scratch) -> None:
+    """The first search (making the slices and the time order), then warm ones matching
+    nothing, a few names and every name, over the whole trace and a window: each peak
+    within the charge, the time order mapped from the scratch folder when there is one."""
+    import tracemalloc
+
+    from tb_reduce_plugin import slices as slices_module
+    from tb_reduce_plugin.reduce import reduction
+
+    if chunk is not None:
+        for module, name in ((search_module, "CHUNK_ROWS"), (reduction, "CHUNK_EVENTS"),
+                             (reduction, "CHUNK_SLICES"), (slices_module, "CHUNK_EVENTS")):
+            monkeypatch.setattr(module, name, chunk)
+    t = index_file(_slices_and_instants(tmp_path, 200_000)).table
+    if scratch:
+        (tmp_path / "scratch").mkdir()
+        t.scratch = str(tmp_path / "scratch")
+    for q, window in (("op1", None), ("nothing at all", None), ("op", None), ("", (1000.0, 90_000.0))):
+        charged = search_module.working_bytes(t)
+        tracemalloc.start()
+        try:
+            out = search(t, compile_query(q) if q else compile_query("."), *(window or (None, None)),
+                         limit=search_module.MAX_LIMIT)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= charged, (q, peak, charged)
+        assert out["total"] >= 0
+    if scratch:
+        assert isinstance(t.prepared.searchable.event, np.memmap)
+
+
+def test_a_search_read_in_chunks_of_rows_pages_and_counts_as_one_pass(tmp_path, monkeypatch) -> None:
+    """Pages across chunk edges, windows, distinct names: the same answer at chunks of 7
+    and 1000 rows as in one chunk."""
+    t = index_file(_slices_and_instants(tmp_path, 5_000)).table
+    asks = [("op1", None, 50, 0), ("op", None, 100, 333), ("mark", (100.0, 4000.0), 7, 5), ("op4", None, 1000, 0),
+            ("op", (0.0, 10.0), 10, 0), ("op", None, 10, 4990)]
+    whole = [search(t, compile_query(q), *(w or (None, None)), limit, offset) for q, w, limit, offset in asks]
+    for chunk in (7, 1000):
+        monkeypatch.setattr(search_module, "CHUNK_ROWS", chunk)
+        got = [search(t, compile_query(q), *(w or (None, None)), limit, offset) for q, w, limit, offset in asks]
+        assert got == whole, chunk

@@ -30,7 +30,7 @@ from ..reduce import reduction
 from ..reduce.reduction import name_rank, slices_of
 from ..slices import SliceTable
 from .nesting import parents_of
-from .search import SLICES_BYTES_PER_EVENT, check_page, check_range, name_text
+from .search import check_page, check_range, name_text
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
@@ -42,9 +42,8 @@ BYTES_PER_CHUNK_SLICE = 200
 BYTES_PER_NAME = 96
 CHILDREN_BYTES_PER_SLICE = 8
 # Made on the first table: the parents (held, one index a slice), their own chunks, and the
-# plans' slice order when no plan made it yet (a sort of the trace's slices).
+# plans' slice order when no plan made it yet (`reduction.static_bytes`).
 PARENTS_BYTES_PER_SLICE = 8
-ORDER_BYTES_PER_SLICE = 32
 
 
 def working_bytes(t: EventTable) -> int:
@@ -54,12 +53,9 @@ def working_bytes(t: EventTable) -> int:
     need = BYTES_PER_CHUNK_SLICE * min(n, reduction.CHUNK_SLICES) + BYTES_PER_NAME * len(t.names)
     if t.scratch is None:
         need += CHILDREN_BYTES_PER_SLICE * n
-    if p.slices is None:
-        need += SLICES_BYTES_PER_EVENT * len(t)
+    need += reduction.slices_bytes(t)
     if p.parents is None:
-        need += PARENTS_BYTES_PER_SLICE * n
-        if p.static is None:
-            need += ORDER_BYTES_PER_SLICE * n
+        need += PARENTS_BYTES_PER_SLICE * n + reduction.static_bytes(t)
     return need
 
 

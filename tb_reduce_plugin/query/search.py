@@ -21,17 +21,19 @@ import json
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import re2
 
 from ..errors import BadQuery, TraceError
 from ..index.prepared import prepared_of
-from ..mapped import spill
+from ..mapped import Appended
 from ..model import INSTANT_PHASES, EventTable, ph_in
-from ..reduce.reduction import check_window, slices_of
+from ..reduce.reduction import CHUNK_EVENTS as CHUNK_ROWS
+from ..reduce.reduction import check_window, slices_bytes, slices_of
 from ..slices import SliceTable
+from ..sorting import order_by, sample_bytes
 
 MAX_QUERY_CHARS = 1000
 DEFAULT_LIMIT = 1000
@@ -39,13 +41,16 @@ MAX_LIMIT = 10_000
 MATCH_SECONDS = 2.0  # matching distinct names stops here (a hostile trace's millions of names)
 RE2_MAX_MEM = 8 << 20  # RE2's own default: a pattern that needs more is refused at compile time
 _CHUNK = 8192  # names matched between looks at the clock
-# Working memory per event of the trace, charged to the memory budget before a search
-# runs. Measured with tracemalloc on a 2 M-event Kineto-style trace (bench/bench_query.py):
-# a warm search peaks at 4 B, the first (building the time order) at 38 B, and building
-# the slices, when no view has yet, at 60 B.
-WARM_BYTES_PER_EVENT = 16
+# Working memory of a search, charged to the memory budget before it runs (measured with
+# tracemalloc, `test_query_search`): a warm search reads the time order a chunk of rows at
+# a time (~30 B a row of one chunk, plus 1 B an event); the first builds that order — ~48 B
+# an event in memory, a chunk's worth into the table's scratch folder when it has one —
+# and, when no view has yet, the slices (`reduction.slices_bytes`).
+WARM_BYTES_PER_EVENT = 1
+CHUNK_BYTES_PER_ROW = 48
+HIT_BYTES = 400  # a hit of the page, as the dict the answer holds (274 B measured), and its row
 FIRST_BYTES_PER_EVENT = 48
-SLICES_BYTES_PER_EVENT = 72
+FIRST_SPILLED_BYTES_PER_EVENT = 2
 
 
 @dataclass(frozen=True)
@@ -171,32 +176,48 @@ def searchable_of(t: EventTable) -> _Searchable:
 
 
 def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
-    inst = np.flatnonzero(ph_in(t.ph, INSTANT_PHASES) & ~np.isnan(t.ts))
-    event = np.concatenate((sl.event.astype(np.int64), inst))
-    ts = np.concatenate((sl.start, t.ts[inst]))
-    order = np.lexsort((event, ts))
+    """The rows and their time order made a chunk at a time, into the table's scratch
+    folder when it has one (`sorting.order_by`): the order `np.lexsort((event, ts))` gives
+    (input indices are distinct), never sorting every row at once."""
+    folder = t.scratch
+    rows = Appended(folder, {"event": np.int64, "ts": np.float64, "row": np.int64}, "the search's rows")
+    for c in _chunks(len(sl)):
+        rows.append({"event": sl.event[c], "ts": sl.start[c], "row": np.arange(c.start, c.stop, dtype=np.int64)})
+    for c in _chunks(len(t)):
+        ph, ts = np.asarray(t.ph[c]), np.asarray(t.ts[c])
+        inst = np.flatnonzero(ph_in(ph, INSTANT_PHASES) & ~np.isnan(ts))
+        rows.append({"event": inst + c.start, "ts": ts[inst], "row": np.full(len(inst), -1, dtype=np.int64)})
+    cols = rows.finish()
+    order = order_by(cols["ts"], cols["event"], None, folder, CHUNK_ROWS, "the search's time order")
     index_type = np.int32 if len(t) < 2**31 else np.int64
-    row = np.concatenate((np.arange(len(sl), dtype=np.int64), np.full(len(inst), -1, dtype=np.int64)))
-    return _Searchable(event=spill(t.scratch, "search_event", event[order].astype(index_type)),
-                       row=spill(t.scratch, "search_row", row[order].astype(index_type)))
+    out = Appended(folder, {"event": index_type, "row": index_type}, "the search's time order")
+    for c in _chunks(len(order)):
+        at = np.asarray(order[c])
+        out.append({"event": cols["event"][at], "row": cols["row"][at]})
+    done = out.finish()
+    return _Searchable(event=done["event"], row=done["row"])
+
+
+def _chunks(n: int) -> Iterator[slice]:
+    for a in range(0, n, CHUNK_ROWS):
+        yield slice(a, min(a + CHUNK_ROWS, n))
 
 
 def working_bytes(t: EventTable) -> int:
     """What a search of `t` may hold at its peak, counting the state it would prepare first."""
-    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_BYTES_PER_EVENT, "searchable")
+    return peak_bytes(t, WARM_BYTES_PER_EVENT, FIRST_SPILLED_BYTES_PER_EVENT if t.scratch is not None
+                      else FIRST_BYTES_PER_EVENT, "searchable")
 
 
 def peak_bytes(t: EventTable, warm: int, first: int, state: str) -> int:
-    """`warm` bytes an event, plus `first` when the prepared state `state` (a field of
-    `prepared.Prepared`) is still to be made, plus the slices themselves when no view
-    or query made them."""
-    p = prepared_of(t)
-    need = warm
-    if not p.ready("slices"):
-        need += SLICES_BYTES_PER_EVENT + first
-    elif not p.ready(state):
-        need += first
-    return need * len(t)
+    """`warm` bytes an event, a chunk of rows and the largest page, plus `first` an event (and another chunk)
+    when the prepared state `state` (a field of `prepared.Prepared`) is still to be made,
+    plus what making the slices holds when no view or query made them."""
+    n = len(t)
+    need = warm * n + CHUNK_BYTES_PER_ROW * min(n, CHUNK_ROWS) + HIT_BYTES * MAX_LIMIT
+    if not prepared_of(t).ready(state):
+        need += first * n + CHUNK_BYTES_PER_ROW * min(n, CHUNK_ROWS) + sample_bytes(n)
+    return need + slices_bytes(t)
 
 
 def check_page(limit: int, offset: int, max_limit: int = MAX_LIMIT) -> None:
@@ -232,16 +253,22 @@ def search(t: EventTable, query: NameQuery, start_us: Optional[float] = None, en
     matched, scanned = query.matches(t.names)
     state = searchable_of(t)
     sl = slices_of(t)
-    pos = np.flatnonzero(matched[t.name[state.event]]) if matched.any() else np.zeros(0, dtype=np.int64)
-    if window is not None and len(pos):
-        ev, row = state.event[pos], state.row[pos]
-        ts = t.ts[ev]
-        end = np.where(row >= 0, sl.end[np.maximum(row, 0)], ts)
-        pos = pos[(ts <= window[1]) & (end >= window[0])]
-    total = len(pos)
-    hit_names = t.name[state.event[pos]]
-    distinct = int(np.count_nonzero(np.bincount(hit_names, minlength=len(t.names)))) if total else 0
-    page = pos[offset:offset + limit]
+    total, page = 0, []
+    named = np.zeros(len(t.names), dtype=bool)  # the names of the hits
+    if matched.any():
+        for c in _chunks(len(state.event)):  # a chunk of rows at a time: the same hits, in the same order
+            pos = np.flatnonzero(matched[t.name[np.asarray(state.event[c])]]) + c.start
+            if window is not None and len(pos):
+                ev, row = state.event[pos], state.row[pos]
+                ts = t.ts[ev]
+                end = np.where(row >= 0, sl.end[np.maximum(row, 0)], ts)
+                pos = pos[(ts <= window[1]) & (end >= window[0])]
+            if total + len(pos) > offset and total < offset + limit:
+                page.append(pos[max(0, offset - total):offset + limit - total])
+            named[t.name[state.event[pos]]] = True
+            total += len(pos)
+    distinct = int(np.count_nonzero(named))
+    page = np.concatenate(page) if page else np.zeros(0, dtype=np.int64)
     return {
         "q": query.text,
         "regex": query.regex,

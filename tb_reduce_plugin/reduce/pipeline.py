@@ -23,9 +23,20 @@ from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, Fil
 from ..index.prepared import Prepared, prepared_of
 from ..mapped import spill
 from ..model import INSTANT_PHASES, EventTable, valid_utf8
+from ..sorting import sample_bytes
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
-from .reduction import CHUNK_EVENTS, CHUNK_SLICES, Plan, check_window, default_window, events_in_window, plan, plan_within
+from .reduction import (
+    CHUNK_EVENTS,
+    CHUNK_SLICES,
+    Plan,
+    check_window,
+    default_window,
+    events_in_window,
+    plan,
+    plan_within,
+    slices_bytes,
+)
 from .writer import EventSource, Sink, atomic_output, write_trace
 
 Level = Union[int, str]
@@ -368,6 +379,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
         need += KEPT_BYTES_PER_EVENT * min(n, BUDGET_EVENTS) * (2 if with_input_index else 1)
     if not {"slices", "static", "flow_binding"} <= index.prepared.ready_fields():  # a query made some, not all
         need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
+        need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
     if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
     return need
@@ -498,9 +510,8 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
 def derive_bytes(index: TraceIndex) -> int:
     """What deriving the per-step series of `index` holds at its peak (see the constant)."""
     made = index.prepared.slices
-    if made is not None:
-        return DERIVE_BYTES_PER_SLICE * len(made)
-    return (DERIVE_BYTES_PER_SLICE + PREPARED_BYTES_PER_EVENT) * index.events  # a slice is an event at least
+    slices = len(made) if made is not None else index.events  # a slice is an event at least
+    return DERIVE_BYTES_PER_SLICE * slices + slices_bytes(index.table)
 
 
 def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,

@@ -29,6 +29,7 @@ from ..index.prepared import prepared_of
 from ..mapped import Appended, scratch_array, spill
 from ..model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable, ph_in
 from ..slices import SliceTable, build_slices, chunk_end
+from ..sorting import order_by, sample_bytes
 from .busy import digits_of, group_busy
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 
@@ -158,6 +159,38 @@ def slices_of(t: EventTable) -> SliceTable:
     if sl is None:
         sl = p.slices = build_slices(t)
     return sl
+
+
+# What making the slices holds at its peak (`build_slices`), for the queries that may be
+# the first to ask for them: in memory, the slices themselves and their temporaries (~72 B
+# an event); with a scratch folder, a chunk of events (~75 B an event of one chunk) and
+# ~2 B an event (tracemalloc, `test_query_search`).
+SLICES_BYTES_PER_EVENT = 72
+SLICES_SPILLED_BYTES_PER_EVENT = 2
+SLICES_BYTES_PER_CHUNK_EVENT = 96
+# ... and the plans' masks and slice order (`_static`): ~40 B a slice sorted in memory; a
+# chunk's worth and 1 B an event with a scratch folder.
+STATIC_BYTES_PER_EVENT = 48
+STATIC_SPILLED_BYTES_PER_EVENT = 2
+
+
+def slices_bytes(t: EventTable) -> int:
+    """What making `t`'s slices would hold at its peak; 0 once they are made."""
+    if prepared_of(t).slices is not None:
+        return 0
+    if t.scratch is None:
+        return SLICES_BYTES_PER_EVENT * len(t)
+    return SLICES_SPILLED_BYTES_PER_EVENT * len(t) + SLICES_BYTES_PER_CHUNK_EVENT * min(len(t), CHUNK_EVENTS)
+
+
+def static_bytes(t: EventTable) -> int:
+    """What making the plans' masks and slice order would hold at its peak; 0 once made."""
+    if prepared_of(t).static is not None:
+        return 0
+    if t.scratch is None:
+        return STATIC_BYTES_PER_EVENT * len(t)
+    return (STATIC_SPILLED_BYTES_PER_EVENT * len(t) + SLICES_BYTES_PER_CHUNK_EVENT * min(len(t), CHUNK_EVENTS)
+            + sample_bytes(len(t)))
 
 
 class _Buckets:
@@ -301,105 +334,14 @@ def slice_order(t: EventTable) -> np.ndarray:
 
 def _track_start_order(sl: SliceTable, folder: Optional[str] = None) -> np.ndarray:
     """Slices by (track, start, event) — what `np.lexsort((event, start, track))` gives (the
-    events are distinct, so the order is total) — made without sorting every slice at once.
-
-    XSpace lines come sorted already: checked first, a chunk at a time. Otherwise the slices
-    are dealt into buckets that are ranges of (track, start) — per track, cut at starts
-    sampled from it so that a bucket holds about `CHUNK_SLICES` (a run of one start never
-    cut) — and each bucket is sorted alone. What is held is a chunk and the sample; the
-    slices' rows by bucket and the order itself go to `folder` when there is one."""
-    n = len(sl.track)
-    out = Appended(folder, {"order": np.int64}, "the slice order")
-    if _in_track_start_order(sl):
-        for a in range(0, n, CHUNK_SLICES):
-            out.append({"order": np.arange(a, min(a + CHUNK_SLICES, n), dtype=np.int64)})
-        return out.finish()["order"]
-    cuts = _start_cuts(sl)  # per track id: the sampled starts its buckets are cut at
-    tracks = len(cuts)
-    first = np.zeros(tracks + 1, dtype=np.int64)  # each track's first bucket
-    np.cumsum([len(c) + 1 for c in cuts], out=first[1:])
-    counts = np.zeros(int(first[-1]), dtype=np.int64)
-    with scratch_array(folder, "slice_bucket", n, np.int32 if len(counts) < 2**31 else np.int64) as bucket, \
-            scratch_array(folder, "slice_buckets", n, np.int64) as rows:
-        for c in _slice_chunks(n):
-            bucket[c] = b = _bucket_of(sl, c, cuts, first)
-            counts += np.bincount(b, minlength=len(counts))
-        begins = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=begins[1:])
-        filled = begins[:-1].copy()
-        for c in _slice_chunks(n):  # each slice's row, behind those of its bucket so far
-            b = np.asarray(bucket[c])
-            o = np.argsort(b, kind="stable")
-            bs = b[o]
-            heads = np.r_[0, np.flatnonzero(bs[1:] != bs[:-1]) + 1]
-            sizes = np.diff(np.r_[heads, len(bs)])
-            rows[filled[bs] + np.arange(len(bs)) - np.repeat(heads, sizes)] = o + c.start
-            filled[bs[heads]] += sizes
-        for lo, hi in zip(begins[:-1].tolist(), begins[1:].tolist()):
-            if hi > lo:
-                idx = np.array(rows[lo:hi])
-                out.append({"order": idx[np.lexsort((sl.event[idx], sl.start[idx], sl.track[idx]))]})
-    return out.finish()["order"]
+    events are distinct, so the order is total) — made without sorting every slice at once
+    (`sorting.order_by`: checked first, XSpace lines come sorted already)."""
+    return order_by(sl.start, sl.event, sl.track, folder, CHUNK_SLICES, "the slice order")
 
 
 def _slice_chunks(n: int) -> Iterator[slice]:
     for a in range(0, n, CHUNK_SLICES):
         yield slice(a, min(a + CHUNK_SLICES, n))
-
-
-def _in_track_start_order(sl: SliceTable) -> bool:
-    """Whether the slices already are by (track, start, event), checked a chunk at a time."""
-    n = len(sl.track)
-    for c in _slice_chunks(n):
-        hi = min(c.stop + 1, n)  # one row past the chunk: the pair across its edge is checked too
-        trk, start, ev = (np.asarray(a[c.start:hi]) for a in (sl.track, sl.start, sl.event))
-        same = trk[1:] == trk[:-1]
-        ordered = (trk[1:] >= trk[:-1]) & (~same | (start[1:] > start[:-1])
-                                            | ((start[1:] == start[:-1]) & (ev[1:] > ev[:-1])))
-        if not ordered.all():
-            return False
-    return True
-
-
-def _start_cuts(sl: SliceTable) -> list[np.ndarray]:
-    """Per track id, the starts to cut its slices at so each range holds about
-    `CHUNK_SLICES`: quantiles of every `step`-th slice's start (a sample of ~1 M at most)."""
-    n = len(sl.track)
-    tracks = int(sl.track.max()) + 1 if n else 0
-    per_track = np.zeros(tracks, dtype=np.int64)
-    for c in _slice_chunks(n):
-        per_track += np.bincount(np.asarray(sl.track[c]), minlength=tracks)
-    step = max(1, n // (1 << 20))
-    rows = np.arange(0, n, step)
-    trk, start = np.asarray(sl.track[rows]), np.asarray(sl.start[rows])
-    o = np.lexsort((start, trk))
-    trk, start = trk[o], start[o]
-    cuts = []
-    for tr in range(tracks):
-        pieces = int(per_track[tr]) // CHUNK_SLICES
-        if pieces < 1:
-            cuts.append(np.zeros(0))
-            continue
-        lo, hi = np.searchsorted(trk, tr, "left"), np.searchsorted(trk, tr, "right")
-        sample = start[lo:hi]
-        at = (np.arange(1, pieces + 1) * len(sample)) // (pieces + 1)
-        cuts.append(np.unique(sample[at]) if len(sample) else np.zeros(0))
-    return cuts
-
-
-def _bucket_of(sl: SliceTable, c: slice, cuts: list[np.ndarray], first: np.ndarray) -> np.ndarray:
-    """The bucket of each slice of chunk `c`: its track's first bucket, plus how many of the
-    track's cuts its start reaches (equal starts land in one bucket)."""
-    trk = np.asarray(sl.track[c])
-    b = first[trk]
-    present = np.bincount(trk, minlength=len(cuts))
-    big = [tr for tr in np.flatnonzero(present).tolist() if len(cuts[tr])]  # tracks of more than a chunk: few
-    if big:
-        start = np.asarray(sl.start[c])
-        for tr in big:
-            mine = np.flatnonzero(trk == tr)
-            b[mine] += np.searchsorted(cuts[tr], start[mine], "right")
-    return b
 
 
 def name_rank(t: EventTable) -> np.ndarray:

@@ -1,0 +1,131 @@
+"""Rows put in order without sorting them all at once: the slices by (track, start) that
+plans walk, the slices and instants by time that searches page through.
+
+`np.lexsort` over every row holds ~40 B a row of keys, indices and work space (1.4 GB at
+35 M slices). Here the rows are dealt into buckets that are ranges of the sort key — per
+group (a track), cut at keys sampled from it so that a bucket holds about `chunk` rows,
+a run of one key never cut — and each bucket is sorted alone: the same order, holding a
+chunk, the sample and a count per bucket. The rows by bucket, and the order itself, go
+to `folder` when there is one (`mapped.Appended`, `mapped.scratch_array`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .mapped import Appended, scratch_array
+
+SAMPLE_ROWS = 1 << 16  # keys sampled to cut the buckets at, at most: ~500 a cut at 35 M rows
+SAMPLE_BYTES_PER_ROW = 48  # the sample's keys, groups and their sort
+
+
+def sample_bytes(n: int) -> int:
+    """What sampling the keys of `n` rows holds (beside a chunk's work)."""
+    return SAMPLE_BYTES_PER_ROW * min(n, SAMPLE_ROWS)
+
+
+def order_by(key: np.ndarray, tie: np.ndarray, group: Optional[np.ndarray], folder: Optional[str], chunk: int,
+             what: str) -> np.ndarray:
+    """Row indices (int64) by (group, key, tie): `np.lexsort((tie, key, group))`, or
+    `np.lexsort((tie, key))` without groups. `tie` must be distinct per row, so the order
+    is total and ties of the key are decided alike whatever the buckets. `group`: small
+    non-negative ints. Rows already in that order are found so first, a chunk at a time."""
+    n = len(key)
+    out = Appended(folder, {"order": np.int64}, what)
+    if _in_order(key, tie, group, chunk):
+        for c in _chunks(n, chunk):
+            out.append({"order": np.arange(c.start, c.stop, dtype=np.int64)})
+        return out.finish()["order"]
+    cuts = _key_cuts(key, group, chunk)  # per group: the sampled keys its buckets are cut at
+    first = np.zeros(len(cuts) + 1, dtype=np.int64)  # each group's first bucket
+    np.cumsum([len(c) + 1 for c in cuts], out=first[1:])
+    counts = np.zeros(int(first[-1]), dtype=np.int64)
+    with scratch_array(folder, "sort_bucket", n, np.int32 if len(counts) < 2**31 else np.int64) as bucket, \
+            scratch_array(folder, "sort_rows", n, np.int64) as rows:
+        for c in _chunks(n, chunk):
+            bucket[c] = b = _bucket_of(key, group, c, cuts, first)
+            counts += np.bincount(b, minlength=len(counts))
+        begins = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=begins[1:])
+        filled = begins[:-1].copy()
+        for c in _chunks(n, chunk):  # each row, behind those of its bucket so far
+            b = np.asarray(bucket[c])
+            o = np.argsort(b, kind="stable")
+            bs = b[o]
+            heads = np.r_[0, np.flatnonzero(bs[1:] != bs[:-1]) + 1]
+            sizes = np.diff(np.r_[heads, len(bs)])
+            rows[filled[bs] + np.arange(len(bs)) - np.repeat(heads, sizes)] = o + c.start
+            filled[bs[heads]] += sizes
+        for lo, hi in zip(begins[:-1].tolist(), begins[1:].tolist()):
+            if hi > lo:
+                idx = np.array(rows[lo:hi])
+                keys = (tie[idx], key[idx]) if group is None else (tie[idx], key[idx], group[idx])
+                out.append({"order": idx[np.lexsort(keys)]})
+    return out.finish()["order"]
+
+
+def _chunks(n: int, chunk: int) -> Iterator[slice]:
+    for a in range(0, n, chunk):
+        yield slice(a, min(a + chunk, n))
+
+
+def _in_order(key: np.ndarray, tie: np.ndarray, group: Optional[np.ndarray], chunk: int) -> bool:
+    """Whether the rows already are by (group, key, tie), checked a chunk at a time."""
+    n = len(key)
+    for c in _chunks(n, chunk):
+        hi = min(c.stop + 1, n)  # one row past the chunk: the pair across its edge is checked too
+        k, t = np.asarray(key[c.start:hi]), np.asarray(tie[c.start:hi])
+        later = (k[1:] > k[:-1]) | ((k[1:] == k[:-1]) & (t[1:] > t[:-1]))
+        if group is not None:
+            g = np.asarray(group[c.start:hi])
+            later = (g[1:] > g[:-1]) | ((g[1:] == g[:-1]) & later)
+        if not later.all():
+            return False
+    return True
+
+
+def _key_cuts(key: np.ndarray, group: Optional[np.ndarray], chunk: int) -> list[np.ndarray]:
+    """Per group, the keys to cut its rows at so each range holds about `chunk`: quantiles
+    of every `step`-th row's key (a sample of `SAMPLE_ROWS` at most)."""
+    n = len(key)
+    groups = (int(group.max()) + 1 if n else 0) if group is not None else 1
+    per_group = np.zeros(groups, dtype=np.int64)
+    for c in _chunks(n, chunk):
+        per_group += (np.bincount(np.asarray(group[c]), minlength=groups) if group is not None
+                      else c.stop - c.start)
+    rows = np.arange(0, n, max(1, n // SAMPLE_ROWS))
+    g = np.asarray(group[rows]) if group is not None else np.zeros(len(rows), dtype=np.int64)
+    k = np.asarray(key[rows])
+    o = np.lexsort((k, g))
+    g, k = g[o], k[o]
+    cuts = []
+    for gr in range(groups):
+        pieces = int(per_group[gr]) // chunk
+        lo, hi = np.searchsorted(g, gr, "left"), np.searchsorted(g, gr, "right")
+        sample = k[lo:hi]
+        if pieces < 1 or not len(sample):
+            cuts.append(np.zeros(0, dtype=k.dtype))
+            continue
+        at = (np.arange(1, pieces + 1) * len(sample)) // (pieces + 1)
+        cuts.append(np.unique(sample[at]))
+    return cuts
+
+
+def _bucket_of(key: np.ndarray, group: Optional[np.ndarray], c: slice, cuts: list[np.ndarray],
+               first: np.ndarray) -> np.ndarray:
+    """The bucket of each row of chunk `c`: its group's first bucket, plus how many of the
+    group's cuts its key reaches (equal keys land in one bucket)."""
+    if group is None:
+        return np.searchsorted(cuts[0], np.asarray(key[c]), "right").astype(np.int64)
+    g = np.asarray(group[c])
+    b = first[g]
+    present = np.bincount(g, minlength=len(cuts))
+    big = [gr for gr in np.flatnonzero(present).tolist() if len(cuts[gr])]  # groups of more than a chunk: few
+    if big:
+        k = np.asarray(key[c])
+        for gr in big:
+            mine = np.flatnonzero(g == gr)
+            b[mine] += np.searchsorted(cuts[gr], k[mine], "right")
+    return b
