@@ -26,12 +26,13 @@ def sample_bytes(n: int) -> int:
     return SAMPLE_BYTES_PER_ROW * min(n, SAMPLE_ROWS)
 
 
-def order_by(key: np.ndarray, tie: np.ndarray, group: Optional[np.ndarray], folder: Optional[str], chunk: int,
-             what: str) -> np.ndarray:
+def order_by(key: np.ndarray, tie: Optional[np.ndarray], group: Optional[np.ndarray], folder: Optional[str],
+             chunk: int, what: str) -> np.ndarray:
     """Row indices (int64) by (group, key, tie): `np.lexsort((tie, key, group))`, or
     `np.lexsort((tie, key))` without groups. `tie` must be distinct per row, so the order
-    is total and ties of the key are decided alike whatever the buckets. `group`: small
-    non-negative ints. Rows already in that order are found so first, a chunk at a time."""
+    is total and ties of the key are decided alike whatever the buckets; None: the row
+    itself (`np.argsort(key, kind="stable")`). `group`: small non-negative ints. Rows
+    already in that order are found so first, a chunk at a time."""
     n = len(key)
     out = Appended(folder, {"order": np.int64}, what)
     if _in_order(key, tie, group, chunk):
@@ -61,7 +62,7 @@ def order_by(key: np.ndarray, tie: np.ndarray, group: Optional[np.ndarray], fold
         for lo, hi in zip(begins[:-1].tolist(), begins[1:].tolist()):
             if hi > lo:
                 idx = np.array(rows[lo:hi])
-                keys = (tie[idx], key[idx]) if group is None else (tie[idx], key[idx], group[idx])
+                keys = (idx if tie is None else tie[idx], key[idx]) + (() if group is None else (group[idx],))
                 out.append({"order": idx[np.lexsort(keys)]})
     return out.finish()["order"]
 
@@ -71,13 +72,17 @@ def _chunks(n: int, chunk: int) -> Iterator[slice]:
         yield slice(a, min(a + chunk, n))
 
 
-def _in_order(key: np.ndarray, tie: np.ndarray, group: Optional[np.ndarray], chunk: int) -> bool:
+def _in_order(key: np.ndarray, tie: Optional[np.ndarray], group: Optional[np.ndarray], chunk: int) -> bool:
     """Whether the rows already are by (group, key, tie), checked a chunk at a time."""
     n = len(key)
     for c in _chunks(n, chunk):
         hi = min(c.stop + 1, n)  # one row past the chunk: the pair across its edge is checked too
-        k, t = np.asarray(key[c.start:hi]), np.asarray(tie[c.start:hi])
-        later = (k[1:] > k[:-1]) | ((k[1:] == k[:-1]) & (t[1:] > t[:-1]))
+        k = np.asarray(key[c.start:hi])
+        if tie is None:  # the row decides ties: later rows are later
+            later = k[1:] >= k[:-1]
+        else:
+            t = np.asarray(tie[c.start:hi])
+            later = (k[1:] > k[:-1]) | ((k[1:] == k[:-1]) & (t[1:] > t[:-1]))
         if group is not None:
             g = np.asarray(group[c.start:hi])
             later = (g[1:] > g[:-1]) | ((g[1:] == g[:-1]) & later)

@@ -365,23 +365,3 @@ def test_flows_leaving_a_window_are_found_by_one_flag_per_key_as_by_sorting_the_
             assert np.array_equal(reduction._flows_leaving(t, in_window), by_sort)
             checked += len(by_sort)
     assert checked > 0
-
-
-def test_deriving_the_steps_holds_no_more_than_derive_bytes_charges_before_and_after_the_slices_are_made() -> None:
-    from tb_reduce_plugin.reduce.pipeline import DERIVE_BYTES_PER_SLICE, derive_bytes
-    from tb_reduce_plugin.waveforms.steps import derive
-
-    for path in (TORCH_GPU, STALLED):
-        idx = index_file(path)
-        for made in (False, True):
-            if made:
-                slices_of(idx.table)
-            charged = derive_bytes(idx)
-            tracemalloc.start()
-            try:
-                series = derive(idx.table)
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            assert len(series) > 0 and peak <= charged, (path.name, made, peak, charged)
-        assert derive_bytes(idx) == DERIVE_BYTES_PER_SLICE * len(slices_of(idx.table))  # per slice once made

@@ -24,6 +24,7 @@ from ..index.prepared import Prepared, prepared_of
 from ..mapped import spill
 from ..model import INSTANT_PHASES, EventTable, valid_utf8
 from ..sorting import sample_bytes
+from ..waveforms import steps as steps_module
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
 from .reduction import (
@@ -491,11 +492,16 @@ def reduce_file(
     return stats
 
 
-# Memory of deriving the per-step series at its peak, per slice: the category of each and
-# the union of each category's slices (53 B a slice measured with tracemalloc on a 2 M-event
-# Kineto trace and on the H200 fixture); plus, when no view or query made the slices yet,
-# what making them holds (at most what a first plan prepares, per event: 28 B measured).
-DERIVE_BYTES_PER_SLICE = 64
+# Memory of deriving the per-step series at its peak (`waveforms.steps.derive`, measured
+# with tracemalloc in `test_waveforms_steps_chunks`): it reads the slices a chunk at a time
+# in time order, so it holds a chunk (~120 B a slice of one chunk), a lookup per name and
+# rule (~40 B a name), the key sample of the time order and, per slice, its time order and
+# the busy intervals (~96 B a slice in memory; ~4 B with a scratch folder, where they go);
+# plus, when no view or query made the slices yet, what making them holds.
+DERIVE_BYTES_PER_SLICE = 96
+DERIVE_SPILLED_BYTES_PER_SLICE = 4
+DERIVE_BYTES_PER_CHUNK_SLICE = 120
+DERIVE_BYTES_PER_NAME = 40
 
 
 def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSeries:
@@ -507,11 +513,18 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
     return derive(index.table)
 
 
+def steps_chunk_rows() -> int:
+    return steps_module.CHUNK_ROWS
+
+
 def derive_bytes(index: TraceIndex) -> int:
     """What deriving the per-step series of `index` holds at its peak (see the constant)."""
+    t = index.table
     made = index.prepared.slices
-    slices = len(made) if made is not None else index.events  # a slice is an event at least
-    return DERIVE_BYTES_PER_SLICE * slices + slices_bytes(index.table)
+    n = len(made) if made is not None else index.events  # a slice is an event at least
+    per_slice = DERIVE_SPILLED_BYTES_PER_SLICE if t.scratch is not None else DERIVE_BYTES_PER_SLICE
+    return (per_slice * n + DERIVE_BYTES_PER_CHUNK_SLICE * min(n, steps_chunk_rows()) + sample_bytes(n)
+            + DERIVE_BYTES_PER_NAME * len(t.names) + slices_bytes(t))
 
 
 def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,

@@ -103,6 +103,9 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+CHUNK_ROWS = 1 << 19  # events or slices read at once
+
+
 def _search(pattern: Optional[str], values: list) -> np.ndarray:
     if pattern is None:
         return np.ones(len(values), dtype=bool)
@@ -111,75 +114,68 @@ def _search(pattern: Optional[str], values: list) -> np.ndarray:
                        count=len(values))
 
 
-def wrappers(t: EventTable, slice_events: np.ndarray, slice_names: np.ndarray) -> np.ndarray:
-    """Per slice: does it only wrap work (a user annotation or a Python frame, see
-    `WRAPPER_CATS`, `PYTHON_FRAME`)? Decided once per distinct cat and name."""
-    out = np.zeros(len(slice_events), dtype=bool)
-    if not len(out):
-        return out
-    cat_wraps = np.fromiter((c in WRAPPER_CATS for c in t.cats), dtype=bool, count=len(t.cats))
-    out |= cat_wraps[t.cat[slice_events]]
-    used = np.zeros(len(t.names), dtype=bool)
-    used[slice_names] = True
-    frame = np.zeros(len(t.names), dtype=bool)
-    ids = np.flatnonzero(used)
-    frame[ids] = _search(PYTHON_FRAME.pattern, [t.names[i] for i in ids.tolist()])
-    return out | frame[slice_names]
-
-
-def backward_tracks(t: EventTable, slice_tracks: np.ndarray, slice_names: np.ndarray) -> np.ndarray:
-    """Per track: does it run autograd's backward ops (`BACKWARD_OP`)? One regex per distinct name."""
-    out = np.zeros(len(t.tracks), dtype=bool)
-    if not len(slice_names):
-        return out
-    used = np.zeros(len(t.names), dtype=bool)
-    used[slice_names] = True
-    backward = np.zeros(len(t.names), dtype=bool)
-    ids = np.flatnonzero(used)
-    backward[ids] = _search(BACKWARD_OP.pattern, [t.names[i] for i in ids.tolist()])
-    out[np.unique(slice_tracks[backward[slice_names]])] = True
-    return out
-
-
 def device_tracks(t: EventTable) -> np.ndarray:
     """Per track: does it belong to a device (an XSpace device plane, or it holds an
-    event whose category only device activity has)."""
+    event whose category only device activity has). Read a chunk of events at a time."""
     device = np.zeros(len(t.tracks), dtype=bool)
     pids = [pid for pid, _ in t.tracks]
     named = np.fromiter((isinstance(t.process_names.get(p), str) and DEVICE_PROCESS.search(t.process_names[p])
                          is not None for p in pids), dtype=bool, count=len(pids))
     device |= named
     cat_is_device = np.fromiter((c in DEVICE_CATS for c in t.cats), dtype=bool, count=len(t.cats))
-    if cat_is_device.any() and len(t.cat):
-        device[np.unique(t.track[cat_is_device[t.cat]])] = True
+    if cat_is_device.any():
+        for a in range(0, len(t.cat), CHUNK_ROWS):
+            device[t.track[a:a + CHUNK_ROWS][cat_is_device[t.cat[a:a + CHUNK_ROWS]]]] = True
     return device
 
 
-def classify(t: EventTable, slice_events: np.ndarray, slice_tracks: np.ndarray, slice_names: np.ndarray,
-             on_device: np.ndarray) -> np.ndarray:
-    """The category of each slice (an index into CATEGORIES, or NONE), by RULES."""
-    out = np.full(len(slice_events), NONE, dtype=np.int8)
-    if not len(out):
+class SliceKinds:
+    """What the rules say of slices — their category (`RULES`), whether they only wrap work
+    (`WRAPPER_CATS`, `PYTHON_FRAME`), whether their name is a backward op — decided once per
+    distinct cat, name (of those `used`) and thread, then looked up a chunk of slices at a
+    time: the same answers as deciding every slice at once."""
+
+    def __init__(self, t: EventTable, used: np.ndarray, on_device: np.ndarray) -> None:
+        self.on_device = on_device
+        self._cat = t.cat
+        has_device = bool(on_device.any())
+        thread_names = [t.thread_names.get(i, "") for i in range(len(t.tracks))]
+        self._rules = []
+        for rule in RULES:
+            if rule.where == HOST_ONLY_TRACE and has_device:
+                continue
+            self._rules.append((rule.where == DEVICE, CATEGORIES.index(rule.category),
+                                rule.matches_cat(t.cats) if rule.cats else None,
+                                rule.matches_name(t.names, used) if rule.name is not None else None,
+                                rule.matches_thread(thread_names) if rule.thread is not None else None))
+        self._cat_wraps = np.fromiter((c in WRAPPER_CATS for c in t.cats), dtype=bool, count=len(t.cats))
+        ids = np.flatnonzero(used)
+        used_names = [t.names[i] for i in ids.tolist()]
+        self._frame = np.zeros(len(t.names), dtype=bool)
+        self._frame[ids] = _search(PYTHON_FRAME.pattern, used_names)
+        self.backward = np.zeros(len(t.names), dtype=bool)  # per name: an autograd backward op
+        self.backward[ids] = _search(BACKWARD_OP.pattern, used_names)
+
+    def category(self, events: np.ndarray, tracks: np.ndarray, names: np.ndarray) -> np.ndarray:
+        """The category of each slice (an index into CATEGORIES, or NONE): the first rule that takes it."""
+        out = np.full(len(events), NONE, dtype=np.int8)
+        if not len(out):
+            return out
+        cats = self._cat[events]
+        device = self.on_device[tracks]
+        for on_device, category, by_cat, by_name, by_thread in self._rules:
+            ok = (out == NONE) & (device if on_device else ~device)
+            if not ok.any():
+                continue
+            if by_cat is not None:
+                ok &= by_cat[cats]
+            if by_name is not None:
+                ok &= by_name[names]
+            if by_thread is not None:
+                ok &= by_thread[tracks]
+            out[ok] = category
         return out
-    has_device = bool(on_device.any())
-    thread_names = [t.thread_names.get(i, "") for i in range(len(t.tracks))]
-    slice_cats = t.cat[slice_events]
-    slice_device = on_device[slice_tracks]
-    used_names = np.zeros(len(t.names), dtype=bool)
-    used_names[slice_names] = True
-    for rule in RULES:
-        if rule.where == HOST_ONLY_TRACE and has_device:
-            continue
-        open_ = out == NONE
-        if not open_.any():
-            break
-        where = slice_device if rule.where == DEVICE else ~slice_device
-        ok = open_ & where
-        if rule.cats:
-            ok &= rule.matches_cat(t.cats)[slice_cats]
-        if rule.name is not None:
-            ok &= rule.matches_name(t.names, used_names)[slice_names]
-        if rule.thread is not None:
-            ok &= rule.matches_thread(thread_names)[slice_tracks]
-        out[ok] = CATEGORIES.index(rule.category)
-    return out
+
+    def wraps(self, events: np.ndarray, names: np.ndarray) -> np.ndarray:
+        """Per slice: does it only wrap work (a user annotation or a Python frame)?"""
+        return self._cat_wraps[self._cat[events]] | self._frame[names]

@@ -31,13 +31,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
+from ..mapped import Appended
 from ..model import EventTable
 from ..reduce.reduction import slices_of
-from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, backward_tracks, classify, device_tracks, wrappers
+from ..slices import SliceTable
+from ..sorting import order_by
+from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, SliceKinds, device_tracks
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 STEPS_LINE = "Steps"
@@ -154,10 +157,18 @@ def _us(x: float) -> Optional[float]:
 
 
 def derive(t: EventTable) -> StepSeries:
-    """The per-step series of a trace (see the module docstring)."""
+    """The per-step series of a trace (see the module docstring).
+
+    Read a chunk of slices at a time: the markers in slice order, then every slice once in
+    time order (`sorting.order_by`, into the table's scratch folder when it has one), each
+    category's busy intervals merged as they come (`_Union`), so what is held is a chunk,
+    a flag per name and the merged intervals, not ~60 B a slice."""
     sl = slices_of(t)
     on_device = device_tracks(t)
-    marks = _markers(t, sl.event, sl.track, sl.name, on_device)
+    used = np.zeros(len(t.names), dtype=bool)
+    for c in _chunks(len(sl)):
+        used[sl.name[c]] = True
+    marks = _markers(t, sl, used, on_device)
     if marks is None:
         empty = np.zeros(0)
         return StepSeries(empty, empty, empty, reason=NO_MARKERS)
@@ -165,59 +176,137 @@ def derive(t: EventTable) -> StepSeries:
     order = np.lexsort((sl.event[rows], sl.start[rows]))  # time order; file order on ties
     rows, numbers = rows[order], numbers[order]
     start, end = sl.start[rows], sl.end[rows]
-    category = classify(t, sl.event, sl.track, sl.name, on_device)
-    busy: dict[str, np.ndarray] = {}
-    for k, name in enumerate(CATEGORIES):
-        mine = category == k
-        busy[name] = _covered(*_union(sl.start[mine], sl.end[mine]), start, end) / 1000.0
-    if on_device.any():
-        work = (category != NONE) & on_device[sl.track]
-        busy[DEVICE_IDLE] = (end - start - _covered(*_union(sl.start[work], sl.end[work]), start, end)) / 1000.0
+    kinds = SliceKinds(t, used, on_device)
     own = int(sl.track[rows[0]])
+    threads = None  # the host threads whose ops count as accounted for
     if not on_device[own]:
-        threads = backward_tracks(t, sl.track, sl.name) & ~on_device
+        threads = np.zeros(len(t.tracks), dtype=bool)
+        for c in _chunks(len(sl)):
+            names = sl.name[c]
+            threads[np.unique(sl.track[c][kinds.backward[names]])] = True
+        threads &= ~on_device
         threads &= np.fromiter((pid == t.tracks[own][0] for pid, _ in t.tracks), dtype=bool, count=len(t.tracks))
         threads[own] = True
-        ops = threads[sl.track] & ~wrappers(t, sl.event, sl.name)
-        ops[rows] = False  # the step markers themselves
-        busy[UNACCOUNTED] = np.maximum(end - start - _covered(*_union(sl.start[ops], sl.end[ops]), start, end),
-                                       0.0) / 1000.0
+    marker_row = np.zeros(0, dtype=np.int64) if threads is None else np.sort(rows)
+    unions = {k: _Union(t.scratch) for k in range(len(CATEGORIES))}
+    device_work, host_ops = _Union(t.scratch), _Union(t.scratch)
+    by_time = order_by(sl.start, None, None, t.scratch, CHUNK_ROWS, "the slices in time order")
+    for c in _chunks(len(by_time)):
+        r = np.asarray(by_time[c])
+        ev, trk, names, s, e = sl.event[r], sl.track[r], sl.name[r], sl.start[r], sl.end[r]
+        category = kinds.category(ev, trk, names)
+        for k, u in unions.items():
+            mine = category == k
+            u.add(s[mine], e[mine])
+        if on_device.any():
+            work = (category != NONE) & on_device[trk]
+            device_work.add(s[work], e[work])
+        if threads is not None:
+            ops = threads[trk] & ~kinds.wraps(ev, names)
+            at = np.searchsorted(marker_row, r)
+            ops &= ~((at < len(marker_row)) & (marker_row[np.minimum(at, len(marker_row) - 1)] == r))  # the markers
+            host_ops.add(s[ops], e[ops])
+    busy: dict[str, np.ndarray] = {}
+    for k, name in enumerate(CATEGORIES):
+        busy[name] = _covered(*unions[k].finish(), start, end) / 1000.0
+    if on_device.any():
+        busy[DEVICE_IDLE] = (end - start - _covered(*device_work.finish(), start, end)) / 1000.0
+    if threads is not None:
+        busy[UNACCOUNTED] = np.maximum(end - start - _covered(*host_ops.finish(), start, end), 0.0) / 1000.0
     return StepSeries(numbers, start, end, busy, marker=marker, track=t.tracks[own])
 
 
-def _markers(t: EventTable, events: np.ndarray, tracks: np.ndarray, names: np.ndarray,
+CHUNK_ROWS = 1 << 19  # slices read at once
+
+
+def _chunks(n: int) -> Iterator[slice]:
+    for a in range(0, n, CHUNK_ROWS):
+        yield slice(a, min(a + CHUNK_ROWS, n))
+
+
+class _Union:
+    """The union of intervals given in order of their starts, part by part, as sorted
+    disjoint intervals: a running max of the ends carried from part to part, so the result
+    is `_union` of them all at once. The closed intervals go to `folder` once they are
+    many (`mapped.Appended`)."""
+
+    def __init__(self, folder: Optional[str]) -> None:
+        self._closed = Appended(folder, {"start": np.float64, "end": np.float64}, "the busy intervals")
+        self._open: Optional[tuple[float, float]] = None  # the last interval, still growing
+
+    def add(self, s: np.ndarray, e: np.ndarray) -> None:
+        if not len(s):
+            return
+        new = np.empty(len(s), dtype=bool)
+        if self._open is not None:
+            reach = np.maximum.accumulate(np.concatenate(([self._open[1]], e)))[1:]
+            new[0] = s[0] > self._open[1]
+        else:
+            reach = np.maximum.accumulate(e)
+            new[0] = True
+        new[1:] = s[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        starts = s[first]
+        ends = reach[np.append(first[1:] - 1, len(s) - 1)] if len(first) else reach[:0]
+        if self._open is not None:
+            if len(first) == 0 or first[0] != 0:  # the open one goes on into this part
+                starts = np.concatenate(([self._open[0]], starts))
+                ends = np.concatenate(([reach[first[0] - 1] if len(first) else reach[-1]], ends))
+            else:
+                self._closed.append({"start": np.array([self._open[0]]), "end": np.array([self._open[1]])})
+        self._closed.append({"start": starts[:-1], "end": ends[:-1]})
+        self._open = (float(starts[-1]), float(ends[-1]))
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._open is not None:
+            self._closed.append({"start": np.array([self._open[0]]), "end": np.array([self._open[1]])})
+            self._open = None
+        out = self._closed.finish()
+        return out["start"], out["end"]
+
+
+def _markers(t: EventTable, sl: SliceTable, used: np.ndarray,
              on_device: np.ndarray) -> Optional[tuple[np.ndarray, np.ndarray, str]]:
-    """Slice rows of the step markers on the chosen track, their step numbers, and their kind."""
+    """Slice rows of the step markers on the chosen track, their step numbers, and their
+    kind (found a chunk of slices at a time)."""
     # PyTorch: the step number is in the name.
     numbers_by_name = np.full(len(t.names), np.nan)
-    used = np.zeros(len(t.names), dtype=bool)
-    used[names] = True
     for i in np.flatnonzero(used).tolist():
         v = t.names[i]
         m = PROFILER_STEP.match(v) if isinstance(v, str) else None
         if m:
             numbers_by_name[i] = float(m.group(1))
-    rows = np.flatnonzero(~np.isnan(numbers_by_name[names]))
+    is_step = ~np.isnan(numbers_by_name)
+    rows = _rows_where(len(sl), lambda c: is_step[sl.name[c]])
     if len(rows):
-        return _on_one_track(rows, numbers_by_name[names[rows]], tracks, on_device) + (MARKER_PYTORCH,)
+        return _on_one_track(rows, numbers_by_name[sl.name[rows]], sl.track, on_device) + (MARKER_PYTORCH,)
     # StepTraceAnnotation: the step number is the event's step_num.
     if len(t.step_event):
-        at = np.searchsorted(t.step_event, events)
-        at = np.minimum(at, len(t.step_event) - 1)
-        rows = np.flatnonzero(t.step_event[at] == events)
+        def annotated(c: slice) -> np.ndarray:
+            events = np.asarray(sl.event[c])
+            at = np.minimum(np.searchsorted(t.step_event, events), len(t.step_event) - 1)
+            return t.step_event[at] == events
+        rows = _rows_where(len(sl), annotated)
         if len(rows):
-            return _on_one_track(rows, t.step_value[at[rows]], tracks, on_device) + (MARKER_STEP_NUM,)
+            at = np.minimum(np.searchsorted(t.step_event, sl.event[rows]), len(t.step_event) - 1)
+            return _on_one_track(rows, t.step_value[at], sl.track, on_device) + (MARKER_STEP_NUM,)
     # XProf: a device plane's "Steps" line, whose events are named by their step number.
     steps_tracks = np.zeros(len(t.tracks), dtype=bool)
     for i, name in t.thread_names.items():
         steps_tracks[i] = name == STEPS_LINE
-    rows = np.flatnonzero(steps_tracks[tracks])
+    rows = _rows_where(len(sl), lambda c: steps_tracks[sl.track[c]])
     if len(rows):
-        numbers = np.asarray([_number(t.names[i]) for i in names[rows].tolist()])
+        numbers = np.asarray([_number(t.names[i]) for i in sl.name[rows].tolist()])
         keep = ~np.isnan(numbers)
         if keep.any():
-            return _on_one_track(rows[keep], numbers[keep], tracks, on_device) + (MARKER_STEPS_LINE,)
+            return _on_one_track(rows[keep], numbers[keep], sl.track, on_device) + (MARKER_STEPS_LINE,)
     return None
+
+
+def _rows_where(n: int, where: Callable[[slice], np.ndarray]) -> np.ndarray:
+    """The slice rows for which `where` (of a chunk of rows) holds, a chunk at a time."""
+    parts = [np.flatnonzero(where(c)) + c.start for c in _chunks(n)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _number(v: Any) -> float:
@@ -238,31 +327,33 @@ def _on_one_track(rows: np.ndarray, numbers: np.ndarray, tracks: np.ndarray,
     return rows[keep], numbers[keep]
 
 
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as sorted, disjoint intervals (vectorised: a running max)."""
-    if not len(start):
-        return start, end
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
-
-
 def _covered(gs: np.ndarray, ge: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Length of [a_i, b_i] covered by the disjoint sorted intervals [gs, ge], per i."""
+    """Length of [a_i, b_i] covered by the disjoint sorted intervals [gs, ge], per i.
+
+    The intervals may be mapped and many: the covered length before each interval asked
+    for is summed a chunk of intervals at a time, carried on in one sequential sum, so it
+    is the same float as one `cumsum` over them all."""
     if not len(gs):
         return np.zeros(len(a))
-    lengths = ge - gs
-    before = np.concatenate(([0.0], np.cumsum(lengths)))
+    x = np.concatenate((a, b))
+    k = np.searchsorted(gs, x, side="right")  # intervals starting at or before x
+    j = np.maximum(k - 1, 0)
+    before = _lengths_before(gs, ge, j)
+    part = np.clip(x - gs[j], 0.0, ge[j] - gs[j])
+    upto = np.where(k > 0, before + part, 0.0)  # covered length of (-inf, x]
+    return np.maximum(upto[len(a):] - upto[:len(a)], 0.0)
 
-    def upto(x: np.ndarray) -> np.ndarray:  # covered length of (-inf, x]
-        k = np.searchsorted(gs, x, side="right")  # intervals starting at or before x
-        j = np.maximum(k - 1, 0)
-        part = np.clip(x - gs[j], 0.0, lengths[j])
-        return np.where(k > 0, before[j] + part, 0.0)
 
-    return np.maximum(upto(b) - upto(a), 0.0)
+def _lengths_before(gs: np.ndarray, ge: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per `j`: the summed lengths of intervals 0..j-1 (`np.cumsum` of them all, read at j)."""
+    out = np.zeros(len(j))
+    order = np.argsort(j, kind="stable")
+    js = j[order]
+    carry = 0.0
+    for c in _chunks(len(gs)):
+        lengths = np.asarray(ge[c]) - np.asarray(gs[c])
+        sums = np.cumsum(np.concatenate(([carry], lengths)))  # sums[m]: the lengths before row c.start + m
+        lo, hi = np.searchsorted(js, c.start, "left"), np.searchsorted(js, c.stop, "left")
+        out[order[lo:hi]] = sums[js[lo:hi] - c.start]
+        carry = float(sums[-1])
+    return out
