@@ -21,8 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tb_reduce_plugin import reduction  # noqa: E402
-from tb_reduce_plugin.reduce import busy
+from tb_reduce_plugin.reduce import (
+    busy,  # noqa: E402
+    reduction,  # noqa: E402
+)
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index  # noqa: E402
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tb_reduce_plugin import sources  # noqa: E402
+from tb_reduce_plugin.formats import sources  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_file  # noqa: E402
 
 DEFAULT_TRACE = Path("/tmp/tb_reduce_store_1g.pt.trace.json.gz")

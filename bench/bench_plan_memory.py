@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from test_plan_memory import _whole_track_fold  # noqa: E402
 
-from tb_reduce_plugin import reduction  # noqa: E402
+from tb_reduce_plugin.reduce import reduction  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import choose_level, index_file, reduction_bytes  # noqa: E402
 
 
