@@ -57,3 +57,20 @@ def page(browser):
 
     with checked_page(browser) as pg:
         yield pg
+
+
+@pytest.fixture(scope="session")
+def oracle_tables() -> list:
+    """The oracle traces (`oracle_traces.py`) indexed once per test process, for the suites
+    that compare chunked code with whole-array code on them (each resets what it prepares)."""
+    from oracle_traces import oracle_traces
+
+    from tb_reduce_plugin.reduce.pipeline import index_file
+
+    found = []
+    for path in oracle_traces():
+        try:
+            found.append((path.name, index_file(path).table))
+        except Exception:  # a corpus file the readers refuse is the sweep's concern, not these suites'
+            continue
+    return found

@@ -106,11 +106,14 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(mon
         t = idx.table
         if len(t) > (5_000 if chunk == 1 else 20_000) and chunk < 100:
             continue
+        plan(t, 1)  # the shared state made at the default chunks: the fold's chunks are what is tested here
         for level in (1, 2, 4):
             for window in _windows(t):
                 for resolution in (None, 37):
                     monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-                    monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)  # the per-event flags, instants, flows
+                    # the per-event flags, instants and flows too (chunks of a few events are
+                    # test_prepared_in_chunks' concern: here 997 at least, to stay quick)
+                    monkeypatch.setattr(reduction, "CHUNK_EVENTS", max(chunk, 997))
                     chunked = plan(t, level, *window, resolution=resolution)
                     monkeypatch.setattr(reduction, "CHUNK_EVENTS", 1 << 62)  # one chunk: whole arrays
                     monkeypatch.setattr(reduction, "_reduce_slices",

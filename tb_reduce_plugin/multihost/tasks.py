@@ -109,7 +109,7 @@ def _local_file(task: HostTask) -> tuple[str, Optional[FileIdentity]]:
     """The local path to read and the identity it must have: an object is copied first."""
     expect = FileIdentity(*task.identity)
     if "://" in task.path:
-        from .. import objectstore  # an optional extra: only object-store logdirs need it
+        from ..formats import objectstore  # an optional extra: only object-store logdirs need it
 
         local = objectstore.local_copy(task.path, expect, task.stage_dir or _default_stage(), task.max_input_bytes)
         return local, None
