@@ -50,7 +50,7 @@ import msgspec
 import numpy as np
 from isal import isal_zlib
 
-from .. import FORMAT_VERSION
+from .. import FORMAT_VERSION, mapped
 from ..budget import Account
 from ..errors import TraceError
 from ..formats.chrome_json import ChromeJsonEvents, EventPositions
@@ -356,9 +356,15 @@ class IndexStore:
         except (Damaged, OSError, ValueError, KeyError, TypeError):
             pass
         files: dict[str, list[int]] = {}
+        faults = mapped.faults()
         try:
             for name, a in arrays.items():
                 files[f"p{gen}_{name}.npy"] = _write_array(folder, f"p{gen}_{name}.npy", a)
+            # State made into a scratch folder is read from its files here: one cut meanwhile
+            # (read as zeros by the guard) must not be kept as if it were the state.
+            cut = mapped.shrunk(arrays.values())
+            if cut is not None or mapped.faults() != faults:
+                raise OSError(f"{cut or 'a file it is read from'} was cut while it was written")
             tmp = os.path.join(folder, f"{_PREPARED}.{os.getpid()}-{threading.get_ident()}.tmp")
             with open(tmp, "w") as f:
                 json.dump({"version": INDEX_VERSION, "gen": gen, "spec": spec, "files": files}, f)
