@@ -88,6 +88,16 @@ def fresh(t: EventTable) -> EventTable:
     return t
 
 
+def chunked_tables(tables: list, monkeypatch, chunk) -> list:
+    """Chunks of `chunk` slices and events; chunks of 1 and 7 only on traces small enough
+    for them to be quick."""
+    if chunk is not None:
+        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+    return [(name, t) for name, t in tables
+            if chunk is None or len(t) <= {1: 2_000, 7: 5_000}.get(chunk, 1 << 62)]
+
+
 @pytest.fixture()
 def tables(oracle_tables) -> list:
     return oracle_tables
@@ -97,13 +107,8 @@ def tables(oracle_tables) -> list:
 def test_the_flow_binding_made_in_chunks_of_any_size_equals_the_whole_array_one(tables, monkeypatch, chunk) -> None:
     """Chunks of 1 and 7 (slices and flow events) on the traces small enough for them; 1000
     and the default on all of them. Every array the same, dtype included."""
-    if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
     compared = 0
-    for name, t in tables:
-        if chunk is not None and len(t) > {1: 2_000, 7: 5_000}.get(chunk, 1 << 62):
-            continue
+    for name, t in chunked_tables(tables, monkeypatch, chunk):
         t = fresh(t)
         assert_same_binding(t, name)
         assert reduction.default_window(t) == whole_default_window(t), name
@@ -256,13 +261,8 @@ def whole_slice_order(sl) -> np.ndarray:
 def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, monkeypatch, tmp_path, chunk) -> None:
     """Buckets of `chunk` slices (many per track, cut at sampled starts), written to a folder
     or held: the order of one lexsort, and the plans' masks those of whole arrays."""
-    if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
     compared = 0
-    for name, t in tables:
-        if chunk is not None and len(t) > {1: 2_000, 7: 5_000}.get(chunk, 1 << 62):
-            continue
+    for name, t in chunked_tables(tables, monkeypatch, chunk):
         sl = slices_of(t)
         for folder in (None, str(tmp_path)):
             got = reduction._track_start_order(sl, folder)
