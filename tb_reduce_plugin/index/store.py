@@ -16,7 +16,9 @@ Trust: the digest names the file's path, device, inode, size and mtime and the
 index's own format version, so another version of the file never finds this index.
 The manifest lists every file's size and CRC-32 (ISA-L's, ~10 GB/s); a file whose
 size or checksum differs, a missing file or a manifest that does not parse makes the
-whole index damaged: it is removed and the trace parsed again, never trusted. An
+whole index damaged: it is removed and the trace parsed again, never trusted. A file
+checked once is stamped with its stat, and not read again while it stays as it was
+(`verified.py`): a restart reads the files a window needs, not the whole index. An
 index is built in a temp folder and renamed into place whole, so a crash (kill -9,
 a full disk) leaves a temp folder, removed when its process is gone, never a partial
 index; two servers building one index at once both succeed and the first rename wins.
@@ -60,6 +62,7 @@ from ..model import EventTable, SpillFailed
 from ..reduce.pipeline import TraceIndex, index_file
 from . import prepared_io
 from .prepared import Prepared
+from .verified import Stamps
 
 log = logging.getLogger(__name__)
 # Exceptions are logged by their text (`str(exc)`), never as objects: a record that keeps
@@ -129,29 +132,43 @@ def _read_json(path: str, limit: int) -> Any:
         return json.loads(f.read(limit))
 
 
-def _check_files(folder: str, files: dict, allowed: Callable[[str], bool]) -> None:
+def _check_files(folder: str, files: dict, allowed: Callable[[str], bool], stamps: Optional[Stamps] = None) -> bool:
     """Every file a manifest lists is one it may name, of its size and CRC-32 (read from
-    the file once opened: the size and the bytes are of that one file)."""
+    the file once opened: the size and the bytes are of that one file). A file found as
+    `stamps` last saw it checked is not read again (`verified.py`); one read is stamped.
+    True when no file was read: all are as they were when last checked."""
+    unchanged = True
     for name, (size, crc) in files.items():
         if not allowed(name):
             raise Damaged(f"its manifest names {name!r}")
-        if _crc_of(os.path.join(folder, name), size) != crc:
-            raise Damaged(f"{name} does not match its checksum")
+        with _open_kept(os.path.join(folder, name)) as f:
+            st = os.fstat(f.fileno())
+            if stamps is not None and stamps.matches(name, size, crc, st):
+                continue
+            unchanged = False
+            if _crc_of_open(f, name, st.st_size, size) != crc:
+                raise Damaged(f"{name} does not match its checksum")
+        if stamps is not None:
+            stamps.stamp(name, size, crc, st)
+    return unchanged
 
 
 def _crc_of(path: str, size: int) -> int:
-    crc = 0
     with _open_kept(path) as f:
-        actual = os.fstat(f.fileno()).st_size
-        if actual != size:
-            raise Damaged(f"{os.path.basename(path)} is {actual} bytes, not {size}")
-        left = size
-        while left > 0:
-            data = f.read(min(_CHUNK, left))
-            if not data:
-                raise Damaged(f"{os.path.basename(path)} is shorter than its manifest says")
-            crc = isal_zlib.crc32(data, crc)
-            left -= len(data)
+        return _crc_of_open(f, os.path.basename(path), os.fstat(f.fileno()).st_size, size)
+
+
+def _crc_of_open(f: Any, name: str, actual: int, size: int) -> int:
+    if actual != size:
+        raise Damaged(f"{name} is {actual} bytes, not {size}")
+    crc = 0
+    left = size
+    while left > 0:
+        data = f.read(min(_CHUNK, left))
+        if not data:
+            raise Damaged(f"{name} is shorter than its manifest says")
+        crc = isal_zlib.crc32(data, crc)
+        left -= len(data)
     return crc
 
 
@@ -228,15 +245,17 @@ class IndexStore:
         if not os.path.isdir(folder):
             return None
         began = time.perf_counter()
+        stamps = Stamps(folder)
         try:
-            index = self._read(folder, digest, path, identity, max_inflated_bytes, max_ratio, store_dir)
+            index = self._read(folder, digest, path, identity, max_inflated_bytes, max_ratio, store_dir, stamps)
         except (Damaged, OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
             self.damaged += 1
             log.warning("tb_reduce: the stored index of %s is damaged (%s); parsing the trace again",
                         os.path.basename(path), str(exc))
             self._remove(digest)
             return None
-        self._adopt_blocks(folder, index)
+        self._adopt_blocks(folder, index, stamps)
+        stamps.save()  # what this load read whole and found intact
         self._give_scratch(index)
         index.prepared_kept = index.prepared.ready_fields()
         index.seconds = time.perf_counter() - began
@@ -252,12 +271,12 @@ class IndexStore:
         return index
 
     def _read(self, folder: str, digest: str, path: str, identity: FileIdentity, max_inflated_bytes: int,
-              max_ratio: Optional[float], store_dir: Optional[str]) -> TraceIndex:
+              max_ratio: Optional[float], store_dir: Optional[str], stamps: Stamps) -> TraceIndex:
         manifest = _read_json(os.path.join(folder, _MANIFEST), 1 << 20)
         if manifest.get("version") != INDEX_VERSION or manifest.get("digest") != digest:
             raise Damaged("its manifest is of another index")
         files = manifest["files"]
-        _check_files(folder, files, lambda name: os.path.basename(name) == name)
+        unchanged = _check_files(folder, files, lambda name: os.path.basename(name) == name, stamps)
         strings = _decoder.decode(_read_all(os.path.join(folder, _STRINGS)))
         cols = {c: _column(folder, c, files) for c in COLUMNS}
         n = len(cols["ph"])
@@ -270,8 +289,9 @@ class IndexStore:
             block_events=strings["block_events"], block_bytes=strings["block_bytes"],
             process_names=dict(map(tuple, strings["process_names"])),
             thread_names=dict(map(tuple, strings["thread_names"])), **cols)
-        _check_ids(table)
-        table.prepared = self._prepared(folder, n)
+        if not unchanged:  # what the files say was checked with them, when they were stamped
+            _check_ids(table)
+        table.prepared = self._prepared(folder, n, stamps, unchanged)
         positions = None
         if strings["positions"] is not None:
             starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
@@ -292,15 +312,18 @@ class IndexStore:
     # What every plan shares (`prepared.Prepared`: the slice table, its orders, the flow
     # binding, name ranks; the queries' parents and search order) is prepared by the first
     # plan of a table; kept here, a restarted server's first window plans at once.
-    def _prepared(self, folder: str, events: int) -> Optional[Prepared]:
-        """The prepared state kept in `folder`, checked, or None (damaged state is dropped)."""
+    def _prepared(self, folder: str, events: int, stamps: Optional[Stamps] = None,
+                  columns_unchanged: bool = False) -> Optional[Prepared]:
+        """The prepared state kept in `folder`, checked, or None (damaged state is dropped).
+        Checked against the columns unless both are as they were when last checked."""
         manifest_path = os.path.join(folder, _PREPARED)
         if not os.path.exists(manifest_path):
             return None
         try:
             manifest = _read_json(manifest_path, 16 << 20)
             gen, files = int(manifest["gen"]), manifest["files"]
-            _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None)
+            unchanged = _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None,
+                                     stamps)
 
             def array(name: str) -> np.ndarray:
                 file = f"p{gen}_{name}.npy"
@@ -309,7 +332,8 @@ class IndexStore:
                 return _column(folder, file[:-4], files)
 
             prepared = prepared_io.decode(manifest["spec"], array)
-            _check_prepared(prepared, events)
+            if not (unchanged and columns_unchanged):
+                _check_prepared(prepared, events)
             return prepared
         except (Damaged, OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             log.warning("tb_reduce: the prepared state kept in %s is damaged (%s); plans prepare it again",
@@ -378,6 +402,7 @@ class IndexStore:
             log.info("tb_reduce: the prepared state of %s is not kept (%s)", os.path.basename(index.path), str(exc))
             return False
         self._drop_prepared(folder, keep=set(files))  # the generation before (a mapping keeps its pages)
+        _stamp(folder, files)
         self.evict()
         return True
 
@@ -386,7 +411,7 @@ class IndexStore:
     # the file itself; for a gzip file that means inflating it from its start, so the first
     # full pass keeps every block compressed (`chrome_json._BlockStore`). Kept here, beside
     # the index, a restarted server reads the blocks a window needs instead of the whole file.
-    def _adopt_blocks(self, folder: str, index: TraceIndex) -> None:
+    def _adopt_blocks(self, folder: str, index: TraceIndex, stamps: Optional[Stamps] = None) -> None:
         manifest_path = os.path.join(folder, _BLOCKS)
         if not os.path.exists(manifest_path):
             return
@@ -395,7 +420,7 @@ class IndexStore:
             files = _read_json(manifest_path, 1 << 16)["files"]
             if sorted(files) != sorted(_BLOCK_FILES):
                 raise Damaged("its block manifest names other files")
-            _check_files(folder, files, lambda name: name in _BLOCK_FILES)
+            _check_files(folder, files, lambda name: name in _BLOCK_FILES, stamps)
             offsets = np.load(os.path.join(folder, "blocks_offsets.npy"), allow_pickle=False)
             firsts = np.load(os.path.join(folder, "blocks_firsts.npy"), allow_pickle=False)
             if (offsets.ndim != 1 or firsts.shape != offsets.shape or len(offsets) < 1 or int(offsets[0]) != 0
@@ -473,6 +498,7 @@ class IndexStore:
             with open(tmp, "w") as f:
                 json.dump({"version": INDEX_VERSION, "files": files}, f)
             os.rename(tmp, os.path.join(folder, _BLOCKS))
+            _stamp(folder, files)
         except (OSError, Damaged) as exc:
             log.info("tb_reduce: the blocks of %s are not kept (%s)", os.path.basename(path), str(exc))
             return False
@@ -558,6 +584,8 @@ class IndexStore:
                 if not os.path.isdir(self._dir(digest)):
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)  # another process put the same index in place first
+            else:
+                _stamp(self._dir(digest), files)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             self._warn(f"cannot be written ({exc.strerror or exc})")
@@ -794,6 +822,14 @@ def _builder_alive(name: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _stamp(folder: str, files: dict) -> None:
+    """Stamp files the store has just written (`verified.py`): those old enough to be told
+    from a later write (a parse's spilled columns, usually) are not read at the next load."""
+    stamps = Stamps(folder)
+    stamps.stamp_all(files)
+    stamps.save()
 
 
 def _read_all(path: str) -> bytes:
