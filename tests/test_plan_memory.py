@@ -368,3 +368,41 @@ def test_flows_leaving_a_window_are_found_by_one_flag_per_key_as_by_sorting_the_
             assert np.array_equal(reduction._flows_leaving(t, in_window), by_sort)
             checked += len(by_sort)
     assert checked > 0
+
+
+@pytest.mark.parametrize("chunk", [4096, None])
+@pytest.mark.parametrize("scratch", [False, True])
+def test_a_first_plan_of_a_window_making_the_window_index_stays_within_its_charge(tmp_path, monkeypatch, chunk,
+                                                                                   scratch) -> None:
+    """The first plan of a window makes the table's window index (its points in time order,
+    its slices in tiers): in memory, or a chunk at a time into the scratch folder. Its peak,
+    with the table's other state made before, is within `reduction_bytes(windowed=True)`."""
+    from tb_reduce_plugin.reduce import window_index
+
+    if chunk is not None:
+        monkeypatch.setattr(window_index, "CHUNK_ROWS", chunk)
+    for kind, path in _kinds(tmp_path, 120_000).items():
+        idx = index_file(path)
+        if scratch:
+            folder = tmp_path / f"scratch-w-{kind.replace(' ', '-')}"
+            folder.mkdir()
+            idx.table.scratch = str(folder)
+        plan(idx.table, 2)  # the state every plan shares: what is measured is the window index
+        d0, d1 = default_window(idx.table)
+        window = (d0 + 0.2 * (d1 - d0), d0 + 0.3 * (d1 - d0))
+        charged = reduction_bytes(idx, 2, windowed=True)
+        assert charged > reduction_bytes(idx, 2)
+        tracemalloc.start()
+        try:
+            p = plan(idx.table, 2, *window)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert idx.prepared.window_index is not None
+        assert reduction_bytes(idx, 2, windowed=True) == reduction_bytes(idx, 2)  # made once
+        summaries = sum(getattr(p.summaries, f).nbytes for f in ("track", "start", "end", "count",
+                                                                   "top_offsets", "top_name", "top_count"))
+        held = p.keep.nbytes + 2 * summaries + 10 * p.summaries.busy.nbytes + 2 * p.summaries.busy_offsets.nbytes
+        assert peak <= charged + held, (kind, scratch, peak, charged, held)
+        if scratch:
+            assert idx.prepared.nbytes() <= 4 * len(idx.table) + (1 << 20), kind

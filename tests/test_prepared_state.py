@@ -47,12 +47,18 @@ def test_a_second_plan_reuses_the_prepared_state_and_adds_no_memory() -> None:
     assert all(x is not None for x in held)
     size = idx.memory_bytes()
     second = plan(idx.table, 3)
-    other_level = plan(idx.table, 1, *default_window(idx.table))
+    other_level = plan(idx.table, 1)
     assert idx.prepared is p
     now = (p.slices, p.static, p.name_rank, p.flow_binding, p.default_window)
     assert all(a is b for a, b in zip(now, held))  # the same objects, not recomputed
     assert idx.memory_bytes() == size
     assert np.array_equal(first.keep, second.keep) and len(other_level.keep) >= len(first.keep)
+    # a window's plan adds the window index, once; the same window bounds give the same plan
+    windowed = plan(idx.table, 1, *default_window(idx.table))
+    assert p.window_index is not None and idx.memory_bytes() == size + Prepared(window_index=p.window_index).nbytes()
+    again = plan(idx.table, 1, *default_window(idx.table))
+    assert idx.memory_bytes() == size + Prepared(window_index=p.window_index).nbytes()
+    assert np.array_equal(windowed.keep, other_level.keep) and np.array_equal(again.keep, windowed.keep)
 
 
 def test_searches_and_range_tables_prepare_into_the_same_object_and_the_index_counts_it() -> None:

@@ -46,6 +46,7 @@ class Prepared:
     flow_binding: Any = None  # reduction._FlowBinding: where each flow event lands among slices
     parents: Optional[np.ndarray] = None  # query.nesting.parents_of
     searchable: Any = None  # query.search._Searchable: slices and instants in time order
+    window_index: Any = None  # reduce.window_index.WindowIndex: a window's rows found by search
 
     def nbytes(self) -> int:
         """The memory this state holds: numpy arrays exactly (each once, views as their

@@ -20,11 +20,12 @@ import numpy as np
 
 from ..query.search import _Searchable
 from ..reduce.reduction import _FlowBinding, _FlowSegment, _Static
+from ..reduce.window_index import WindowIndex
 from ..slices import SliceTable
 from .prepared import Prepared
 
 _KINDS: dict[str, type] = {cls.__name__: cls for cls in (SliceTable, _Static, _FlowBinding, _FlowSegment,
-                                                        _Searchable)}
+                                                        _Searchable, WindowIndex)}
 # Values a dataclass caches in its __dict__ that are worth keeping (computed on first use).
 _CACHED = {"SliceTable": ("_nesting",)}
 

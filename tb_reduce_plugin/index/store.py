@@ -60,6 +60,7 @@ from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, Fil
 from ..mapped import map_array
 from ..model import EventTable, SpillFailed
 from ..reduce.pipeline import TraceIndex, index_file
+from ..reduce.window_index import TIERS
 from . import prepared_io
 from .prepared import Prepared
 from .verified import Stamps
@@ -873,6 +874,17 @@ def _check_prepared(p: Prepared, events: int) -> None:
             raise Damaged("the kept masks are not one row per event")
         if sl is not None and len(st.slice_order) != len(sl.start):
             raise Damaged("the kept slice order is not one row per slice")
+    wi = p.window_index
+    if wi is not None:
+        slices = len(sl.start) if sl is not None else -1
+        if (len(wi.point_ts) != len(wi.points) or len(wi.tier_start) != len(wi.tier_order)
+                or len(wi.tier_order) != slices or len(wi.tier_rows) != TIERS + 1 or len(wi.tier_extent) != TIERS
+                or int(wi.tier_rows[0]) != 0 or int(wi.tier_rows[-1]) != slices or np.any(np.diff(wi.tier_rows) < 0)
+                or not isinstance(wi.counters_sorted, bool)):
+            raise Damaged("the kept window index does not fit the slices")
+        for col, bound in ((wi.points, events), (wi.always, events), (wi.tier_order, slices)):
+            if len(col) and (int(col.min()) < 0 or int(col.max()) >= bound):
+                raise Damaged("the kept window index names rows past the table")
 
 
 def _check_ids(t: EventTable) -> None:

@@ -38,6 +38,7 @@ from .reduction import (
     plan_within,
     slices_bytes,
 )
+from .window_index import window_index_bytes
 from .writer import EventSource, Sink, atomic_output, write_trace
 
 Level = Union[int, str]
@@ -321,7 +322,7 @@ def reduce_index(
     """
     level = parse_level(level)
     check_window(start_us, end_us)
-    need = reduction_bytes(index, level, with_input_index)
+    need = reduction_bytes(index, level, with_input_index, windowed=start_us is not None or end_us is not None)
     alongside = index.account.total if index.account is not None else 0
     charges = OutputCharge(account, alongside) if account is not None else None
     if account is not None:
@@ -356,7 +357,7 @@ class OutputCharge:
         self.held = 0
 
 
-def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False) -> int:
+def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False, windowed: bool = False) -> int:
     """What planning and writing one reduction of `index` hold at their peak, at most.
 
     A plan holds flags per event and per slice, and works on one chunk of a track's
@@ -365,7 +366,8 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     table's first plan also prepares ~42-56 B an event of state kept with it; the write
     pass holds a read block or two and its decoded events; at level 0 (or auto, which
     may pick it) every event may be kept, and each kept one costs its index and, in
-    `tb_reduce.input_index`, its JSON digits.
+    `tb_reduce.input_index`, its JSON digits. The first plan of a window (`windowed`) also
+    makes the table's window index (`window_index.py`).
     """
     t = index.table
     n = index.events
@@ -381,6 +383,8 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     if not {"slices", "static", "flow_binding"} <= index.prepared.ready_fields():  # a query made some, not all
         need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
         need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
+    if windowed:
+        need += window_index_bytes(t)
     if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
     return need

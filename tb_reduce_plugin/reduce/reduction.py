@@ -32,6 +32,7 @@ from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
 from .busy import digits_of, group_busy
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
+from .window_index import WindowIndex, build_window_index
 
 TOP_NAMES = 5
 MIN_WINDOW_US = 1e-6
@@ -241,6 +242,10 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
             raise TraceError(f"the trace's own time span {d0}..{d1} cannot be bucketed ({exc}); "
                              "ask for a window (start_us, end_us)") from None
     check_window(t0, t1)
+    if start_us is not None or end_us is not None:  # a window: its rows found by search, not a pass
+        wi = window_index(t)
+        if wi is not None:
+            return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep)
     sl = slices_of(t)
     st = _static(t, sl)
     has_ts = st.has_ts
@@ -276,6 +281,60 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     for c in _event_chunks(len(t)):  # other phases in the window, and counters with no series
         keep[c] |= in_window[c] & (~st.handled[c] | ((np.asarray(t.ph[c]) == PH_C) & ~sampled[c]))
     return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
+
+
+def window_index(t: EventTable) -> Optional[WindowIndex]:
+    """The table's window index (`window_index.py`), made at its first plan of a window and
+    prepared once; None where counter samples are not in event order (never from our
+    readers: their rows could not be found by search), and plans read the whole table."""
+    p = prepared_of(t)
+    wi = p.window_index
+    if wi is None:
+        sl = slices_of(t)
+        wi = p.window_index = build_window_index(t, sl, _static(t, sl).always)
+    return wi if wi.counters_sorted else None
+
+
+def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: float, resolution: Optional[int],
+                 grow: Optional[Grow], max_keep: Optional[int]) -> Optional[Plan]:
+    """`plan_within` of a window, from the rows the window index finds in it: the events in
+    the window other than slices, and the slices overlapping it. Each rule is the whole
+    table's, on those rows; what it keeps is the same, event for event (the tests compare)."""
+    sl = slices_of(t)
+    pts = wi.points_within(t0, t1)  # in_window, less the slices' own events
+    ov = wi.slices_overlapping(sl, t0, t1)
+    overlaps = np.zeros(len(sl), dtype=bool)
+    overlaps[ov] = True
+    partner = sl.partner[ov]
+    ph = np.asarray(t.ph[pts])
+    parts = [np.asarray(wi.always)]
+    if level == 0:
+        key = np.asarray(t.flow_key[pts])
+        flow = key >= 0
+        whole = ~flow  # flows are written whole: those with every event in the window...
+        if flow.any():
+            keys, inv, count = np.unique(key[flow], return_inverse=True, return_counts=True)
+            whole[flow] = (count == wi.flow_size[keys])[inv]
+        parts += [pts[whole], sl.event[ov], partner[partner >= 0],
+                  _flow_keep(t, sl, overlaps)]  # ...or bound to kept slices
+        keep = np.unique(np.concatenate(parts))
+        if max_keep is not None and len(keep) > max_keep:
+            return None
+        return Plan(0, None, t0, t1, keep, _no_summaries())
+
+    bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
+    order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow)
+    ks = ov[kept_slice[ov]]
+    kp = sl.partner[ks]
+    ce = t.counter_event
+    lo, hi = np.searchsorted(ce, pts, "left"), np.searchsorted(ce, pts, "right")  # each event's samples
+    rows = np.repeat(hi - np.cumsum(hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
+    other = ~np.asarray(_static(t, sl).handled[pts]) | ((ph == PH_C) & (hi == lo))
+    parts += [sl.event[ks], kp[kp >= 0], _counter_keep(t, bk, rows),
+              _first_instants(t, pts[ph_in(ph, INSTANT_PHASES)], bk, t.track_pid()),
+              _flow_keep(t, sl, kept_slice), pts[other]]
+    return Plan(level, bk.r, t0, t1, np.unique(np.concatenate(parts)), summaries)
 
 
 def _event_chunks(n: int) -> Iterator[slice]:
@@ -376,7 +435,13 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
     trace is a flag per slice and the summaries themselves (SPEC: memory bounded as
     traces grow); the result is the same as folding each track whole.
     """
-    kept = overlaps & (sl.dur >= bk.theta)
+    if len(slice_order) < len(sl):  # a window's slices (`_plan_window`): only theirs are read
+        kept = np.zeros(len(sl), dtype=bool)
+        idx = np.asarray(slice_order)
+        idx = idx[overlaps[idx]]
+        kept[idx] = sl.dur[idx] >= bk.theta
+    else:
+        kept = overlaps & (sl.dur >= bk.theta)
     out = _SummaryParts(grow)
     for lo, hi in _track_runs(sl.track, slice_order):
         def chunks(lo: int = lo, hi: int = hi):  # this track's overlapping slices, by (start, event)
@@ -609,9 +674,12 @@ def _group_firsts(order: np.ndarray, cols: list) -> np.ndarray:
     return first
 
 
-def _counter_keep(t: EventTable, bk: _Buckets) -> np.ndarray:
-    """M4-style: per series and bucket the min and max samples; first and last."""
+def _counter_keep(t: EventTable, bk: _Buckets, rows: Optional[np.ndarray] = None) -> np.ndarray:
+    """M4-style: per series and bucket the min and max samples; first and last. `rows`: the
+    samples to look at (ascending: a window's), else all."""
     ev, series, value = t.counter_event, t.counter_series, t.counter_value
+    if rows is not None:
+        ev, series, value = ev[rows], series[rows], value[rows]
     ts = t.ts[ev]
     w = (ts >= bk.t0) & (ts <= bk.t1)
     ev, series, value, ts = ev[w], series[w], value[w], ts[w]

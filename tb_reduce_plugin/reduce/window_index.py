@@ -1,0 +1,178 @@
+"""What a plan of a window finds without a pass over the whole trace: the events in it
+and the slices that overlap it, by binary search.
+
+A plan of the whole trace reads every event; a plan of a window read every event too
+(flags per event, a pass over every slice), so a zoom into a 50 M-event trace after a
+restart read ~1.5 GB of mapped columns from disk to answer a few thousand events. This
+index, made once per table (at its first plan of a window) and kept with the prepared
+state (`index/prepared_io.py`), holds:
+
+* the timed events other than slices (instants, counters, flows, metadata, the rest) in
+  (time, event) order, with their times: those in [t0, t1] are one run of it;
+* the slices in tiers by duration (one per binary exponent: a tier's slices are at most
+  twice as long as its shortest), each tier by (start, slice), with their starts and the
+  tier's longest extent: the slices of a tier that overlap [t0, t1] start within
+  [t0 - extent, t1], one run of it. A long slice is in a tier of few; a tier of many
+  short ones reaches back little. What a window costs follows the events in it and those
+  that reach into it, not the trace (XProf keeps 13 zoom levels for the same reason;
+  Perfetto a max-duration segment tree per track);
+* the events every plan keeps (metadata, unmatched B/E, untimed ones) by index, and the
+  flows' sizes, so that a window's flows are whole or not without a pass over every flow.
+
+The plans made from it are those of the whole-table path exactly (`reduction.plan_within`
+compares both in the tests): it only finds the same rows a faster way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..index.prepared import prepared_of
+from ..mapped import Appended
+from ..model import PH_B, PH_E, PH_X, EventTable, ph_in
+from ..slices import SliceTable
+from ..sorting import order_by, sample_bytes
+
+CHUNK_ROWS = 1 << 19
+# Tiers by binary exponent of the duration (`np.frexp`): 0 for slices of no length, then
+# one per exponent from 2^-40 µs (a ps is 2^-10) to beyond any trace.
+_EXP_LOW, _EXP_HIGH = -40, 1100
+TIERS = _EXP_HIGH - _EXP_LOW + 2
+
+# What making the index holds at its peak: with a scratch folder, a chunk's work and the
+# sorts' samples (the rows go to files); in memory, the index itself (~33 B an event) and
+# the sorts' rows and work (~40 B a row).
+WINDOW_INDEX_BYTES_PER_EVENT = 80
+WINDOW_INDEX_SPILLED_BYTES_PER_EVENT = 2
+WINDOW_INDEX_BYTES_PER_CHUNK_ROW = 120
+
+
+@dataclass
+class WindowIndex:
+    """The rows of a table a window's plan looks up (see the module's docstring)."""
+
+    points: np.ndarray  # timed events other than X/B/E, by (ts, event)
+    point_ts: np.ndarray  # their times, in that order
+    tier_order: np.ndarray  # slices by (tier, start, slice)
+    tier_start: np.ndarray  # their starts, in that order
+    tier_rows: np.ndarray  # tier k's rows of tier_order: tier_rows[k]:tier_rows[k + 1] (TIERS + 1)
+    tier_extent: np.ndarray  # per tier, the longest end - start (and dur) of its slices
+    always: np.ndarray  # the events every plan keeps (`reduction._Static.always`), ascending
+    flow_size: np.ndarray  # per flow key, how many flow events bear it
+    counters_sorted: bool  # counter samples are in event order (their rows found by search)
+
+    def points_within(self, t0: float, t1: float) -> np.ndarray:
+        """The timed non-slice events with t0 <= ts <= t1, in event order."""
+        a = int(np.searchsorted(self.point_ts, t0, "left"))
+        b = int(np.searchsorted(self.point_ts, t1, "right"))
+        return np.sort(np.asarray(self.points[a:max(a, b)]))
+
+    def slices_overlapping(self, sl: SliceTable, t0: float, t1: float) -> np.ndarray:
+        """The slices with start <= t1 and end >= t0, ascending: per tier, the run of those
+        starting from t0 less the tier's extent (widened by float noise) up to t1, then
+        the exact test."""
+        parts = []
+        for k in np.flatnonzero(np.diff(self.tier_rows)).tolist():
+            lo, hi = int(self.tier_rows[k]), int(self.tier_rows[k + 1])
+            extent = float(self.tier_extent[k])
+            reach = t0 - extent - (abs(t0) + extent) * 1e-12 - 1e-9 if np.isfinite(extent) else -np.inf
+            starts = self.tier_start[lo:hi]
+            a = lo + int(np.searchsorted(starts, reach, "left"))
+            b = lo + int(np.searchsorted(starts, t1, "right"))
+            if b > a:
+                idx = np.asarray(self.tier_order[a:b])
+                parts.append(idx[(sl.start[idx] <= t1) & (sl.end[idx] >= t0)])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate(parts))
+
+
+def window_index_bytes(t: EventTable) -> int:
+    """What making `t`'s window index would hold at its peak; 0 once made."""
+    if prepared_of(t).window_index is not None:
+        return 0
+    n = len(t)
+    if t.scratch is None:
+        return WINDOW_INDEX_BYTES_PER_EVENT * n + sample_bytes(n)
+    return (WINDOW_INDEX_SPILLED_BYTES_PER_EVENT * n + WINDOW_INDEX_BYTES_PER_CHUNK_ROW * min(n, CHUNK_ROWS)
+            + sample_bytes(n))
+
+
+def tier_of(dur: np.ndarray) -> np.ndarray:
+    """Each duration's tier: 0 for none (0, or not a number), else 1 + its binary exponent
+    clipped to [_EXP_LOW, _EXP_HIGH]."""
+    dur = np.asarray(dur, dtype=np.float64)
+    _, e = np.frexp(np.where(np.isfinite(dur), dur, np.finfo(np.float64).max))
+    tier = np.clip(e, _EXP_LOW, _EXP_HIGH) - _EXP_LOW + 1
+    return np.where((dur > 0) | ~np.isfinite(dur) & ~np.isnan(dur), tier, 0).astype(np.uint16)
+
+
+def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray) -> WindowIndex:
+    """Made a chunk at a time into the table's scratch folder when it has one (`Appended`,
+    `sorting.order_by`): what is held meanwhile is a chunk and the sorts' samples."""
+    folder = t.scratch
+    n = len(t)
+    pts = Appended(folder, {"idx": np.int64, "ts": np.float64}, "the window index")
+    keep = Appended(folder, {"always": np.int64}, "the window index")
+    for a in range(0, n, CHUNK_ROWS):
+        ph, ts = np.asarray(t.ph[a:a + CHUNK_ROWS]), np.asarray(t.ts[a:a + CHUNK_ROWS])
+        point = ~np.isnan(ts) & ~ph_in(ph, (PH_X, PH_B, PH_E))
+        pts.append({"idx": np.flatnonzero(point) + a, "ts": ts[point]})
+        keep.append({"always": np.flatnonzero(np.asarray(always[a:a + CHUNK_ROWS])) + a})
+    p = pts.finish()
+    order = order_by(p["ts"], None, None, folder, CHUNK_ROWS, "the window index")
+    points, point_ts = _gathered(folder, order, {"points": p["idx"], "point_ts": p["ts"]})
+    del p
+
+    s = len(sl)
+    tiers = Appended(folder, {"tier": np.uint16}, "the window index")
+    counts = np.zeros(TIERS, dtype=np.int64)
+    extent = np.zeros(TIERS, dtype=np.float64)
+    for a in range(0, s, CHUNK_ROWS):
+        tier = tier_of(sl.dur[a:a + CHUNK_ROWS])
+        start, end = np.asarray(sl.start[a:a + CHUNK_ROWS]), np.asarray(sl.end[a:a + CHUNK_ROWS])
+        tiers.append({"tier": tier})
+        counts += np.bincount(tier, minlength=TIERS)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.fmax.at(extent, tier, np.fmax(end - start, np.asarray(sl.dur[a:a + CHUNK_ROWS])))
+    tier = tiers.finish()["tier"]
+    order = order_by(sl.start, None, tier, folder, CHUNK_ROWS, "the window index")
+    del tier
+    tier_order, tier_start = _gathered(folder, order, {"tier_order": None, "tier_start": sl.start})
+    rows = np.zeros(TIERS + 1, dtype=np.int64)
+    np.cumsum(counts, out=rows[1:])
+
+    flow_size = _flow_sizes(t)
+    ce = t.counter_event
+    ordered = all(bool(np.all(np.diff(np.asarray(ce[a:a + CHUNK_ROWS + 1])) >= 0))
+                  for a in range(0, len(ce), CHUNK_ROWS))
+    return WindowIndex(points, point_ts, tier_order, tier_start, rows, extent, keep.finish()["always"],
+                       flow_size, ordered)
+
+
+def _flow_sizes(t: EventTable) -> np.ndarray:
+    """Per flow key, its flow events: counted a chunk at a time (keys are small ids)."""
+    size = np.zeros(0, dtype=np.int64)
+    for a in range(0, len(t.flow_key), CHUNK_ROWS):
+        k = np.asarray(t.flow_key[a:a + CHUNK_ROWS])
+        k = k[k >= 0]
+        if len(k):
+            counted = np.bincount(k)
+            if len(counted) > len(size):
+                size = np.concatenate((size, np.zeros(len(counted) - len(size), dtype=np.int64)))
+            size[:len(counted)] += counted
+    return size
+
+
+def _gathered(folder: Optional[str], order: np.ndarray, columns: dict) -> list[np.ndarray]:
+    """Each column taken in `order` (None: the order itself), a chunk at a time."""
+    dtypes = {name: (np.int64 if col is None else col.dtype) for name, col in columns.items()}
+    out = Appended(folder, dtypes, "the window index")
+    for a in range(0, len(order), CHUNK_ROWS):
+        o = np.asarray(order[a:a + CHUNK_ROWS])
+        out.append({name: (o if col is None else np.asarray(col[o])) for name, col in columns.items()})
+    done = out.finish()
+    return [done[name] for name in columns]
