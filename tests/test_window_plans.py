@@ -77,13 +77,16 @@ def test_the_window_index_made_in_chunks_finds_what_one_pass_finds(oracle_tables
             continue
         sl = slices_of(t)
         always = reduction._static(t, sl).always
-        whole = window_index.build_window_index(t, sl, always)
+        binding = reduction._flow_binding(t, sl)
+        whole = window_index.build_window_index(t, sl, always, binding)
         monkeypatch.setattr(window_index, "CHUNK_ROWS", chunk)
-        chunked = window_index.build_window_index(t, sl, always)
+        chunked = window_index.build_window_index(t, sl, always, binding)
         monkeypatch.undo()
-        for f in ("points", "point_ts", "tier_order", "tier_start", "tier_rows", "tier_extent", "always", "flow_size"):
+        for f in ("points", "point_ts", "tier_order", "tier_start", "tier_rows", "tier_extent", "always", "flow_size",
+                  "flow_row", "flow_reach", "flow_event", "flow_ts", "flow_tracks"):
             assert np.array_equal(np.asarray(getattr(whole, f)), np.asarray(getattr(chunked, f))), (name, f)
         assert whole.counters_sorted == chunked.counters_sorted
+        assert np.array_equal(np.asarray(binding.forder)[np.asarray(whole.flow_row)], np.arange(len(binding.fidx)))
         ph = np.asarray(t.ph)
         expect = np.flatnonzero(~np.isnan(np.asarray(t.ts)) & ~np.isin(ph, [ord("X"), ord("B"), ord("E")]))
         assert np.array_equal(np.sort(np.asarray(whole.points)), expect), name
@@ -107,14 +110,100 @@ def test_a_slice_reaching_far_into_a_window_from_before_it_is_found_in_its_tier(
         ts = start
         flow_key = np.full(n, -1, dtype=np.int32)
         counter_event = np.zeros(0, dtype=np.int64)
+        track = np.zeros(n, dtype=np.int32)
+        tracks = [(1, 1)]
         scratch = None
         prepared = Prepared()
 
         def __len__(self) -> int:
             return n
 
-    wi = window_index.build_window_index(Table(), sl, np.zeros(n, dtype=bool))
+    class NoFlows:
+        fidx = forder = np.zeros(0, dtype=np.int64)
+        segments: list = []
+
+    wi = window_index.build_window_index(Table(), sl, np.zeros(n, dtype=bool), NoFlows())
     found = wi.slices_overlapping(sl, 1_000_000.0, 1_000_001.0)
     assert found.tolist() == [0, 2, 4]
     assert wi.slices_overlapping(sl, 1_000_002.5, 1_000_002.6).tolist() == [3, 4]
     assert wi.slices_overlapping(sl, -10.0, -6.0).tolist() == []
+
+
+def test_flows_bound_to_a_long_slice_or_to_a_next_slice_far_away_are_kept_as_the_whole_table_keeps_them(
+        tmp_path) -> None:
+    """Flows whose events lie far outside a narrow window yet bind to slices kept in it: to
+    a long slice enclosing the window (both ends inside it, far from the window), and to
+    the next slice of a track from long before it (a flow end without `bp: e`). The window
+    path finds them by the kept slices' span and the binding's reach, as the whole table
+    does by a pass over every flow; others, with an end nowhere near, are dropped by both."""
+    from oracle_traces import write_trace
+
+    from tb_reduce_plugin.reduce.pipeline import index_file
+
+    events = [{"ph": "X", "name": "long", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+              {"ph": "X", "name": "step", "pid": 1, "tid": 2, "ts": 505, "dur": 3},
+              {"ph": "X", "name": "late", "pid": 1, "tid": 2, "ts": 900, "dur": 3},
+              {"ph": "X", "name": "tiny", "pid": 1, "tid": 1, "ts": 20, "dur": 1}]
+    for i in range(40):  # flows from inside `long` (far from the window) to `step` (a next-slice binding)
+        events += [{"ph": "s", "id": i, "name": "f", "cat": "c", "pid": 1, "tid": 1, "ts": 10 + i},
+                   {"ph": "f", "id": i, "name": "f", "cat": "c", "pid": 1, "tid": 2, "ts": 100 + i}]
+    for i in range(40, 50):  # ends after `step`: bound to `late`, kept only when it is
+        events += [{"ph": "s", "id": i, "name": "f", "cat": "c", "pid": 1, "tid": 1, "ts": 50 + i},
+                   {"ph": "f", "id": i, "name": "f", "cat": "c", "pid": 1, "tid": 2, "ts": 700 + i}]
+    for i in range(50, 55):  # both ends inside `long`, bound to it by `bp: e`
+        events += [{"ph": "s", "id": i, "name": "g", "cat": "c", "pid": 1, "tid": 1, "ts": 300 + i},
+                   {"ph": "f", "bp": "e", "id": i, "name": "g", "cat": "c", "pid": 1, "tid": 1, "ts": 800 + i}]
+    events += [{"ph": "X", "name": "other", "pid": 1, "tid": 3, "ts": 1000.5, "dur": 20},
+               {"ph": "X", "name": "far", "pid": 1, "tid": 4, "ts": 1003, "dur": 1}]
+    for i in range(60, 70):  # from `other`, past `long`, to `far`: bound to it from ~950 µs before
+        events += [{"ph": "s", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 3, "ts": 1005 + 0.1 * i},
+                   {"ph": "f", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 4, "ts": 50 + i}]
+    t = index_file(write_trace(tmp_path / "flows.json.gz", events)).table
+    kept_any = 0
+    for window in ((500.0, 510.0), (505.5, 506.0), (899.0, 904.0), (10.0, 12.0), (1001.0, 1002.0), (1001.0, 1010.0),
+                   (0.0, 1000.0)):
+        for level, resolution in ((0, None), (1, None), (2, 37), (4, None)):
+            fast = plan_within(t, level, *window, resolution=resolution)
+            slow = _whole(t, level, *window, resolution=resolution)
+            _same(fast, slow, f"{window} level {level}")
+            kept_any += int(np.count_nonzero(np.asarray(t.flow_key)[fast.keep] >= 0))
+    assert t.prepared.window_index.flow_reach.max() >= 890
+    assert kept_any > 100
+
+
+@pytest.mark.parametrize("field,value", [("points", 10 ** 9), ("flow_event", 10 ** 9), ("tier_order", -1),
+                                         ("flow_tracks", 10 ** 6)])
+def test_a_kept_window_index_that_names_rows_past_the_table_is_dropped_and_made_again(tmp_path, field, value,
+                                                                                      caplog) -> None:
+    """Checksums made consistent (`_resum`): what the rows say is checked against the table,
+    never indexed past it; the state is prepared again and plans as before."""
+    import json
+
+    from plugin_support import require_corpus
+    from test_index_store import _resum, chrome_traces, reduced, stored_folder
+
+    from tb_reduce_plugin.index.store import IndexStore, indexed
+    from tb_reduce_plugin.reduce.pipeline import index_file
+
+    require_corpus()
+    path = next(p for p in chrome_traces() if "flow" in p.name)  # catapult's flows
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = index_file(path)
+    store.save(parsed)
+    d0, d1 = default_window(parsed.table)
+    window = (d0 + 0.2 * (d1 - d0), d0 + 0.6 * (d1 - d0))
+    expected = reduced(parsed, 2, window)
+    assert parsed.prepared.window_index is not None and len(parsed.prepared.window_index.flow_event)
+    assert store.save_prepared(parsed)
+    folder = stored_folder(store, path)
+    manifest = json.loads((folder / "prepared.json").read_text())
+    name = f"p{manifest['gen']}_{manifest['spec']['window_index']['f'][field]['a']}.npy"
+    a = np.load(folder / name)
+    a[-1] = value
+    np.save(folder / name, a)
+    _resum(manifest, folder, name)
+    (folder / "prepared.json").write_text(json.dumps(manifest))
+    reopened = indexed(store, str(path))
+    assert reopened.extra.get("stored_index") and reopened.prepared.window_index is None
+    assert "window index" in caplog.text
+    assert reduced(reopened, 2, window) == expected

@@ -47,6 +47,7 @@ class Prepared:
     parents: Optional[np.ndarray] = None  # query.nesting.parents_of
     searchable: Any = None  # query.search._Searchable: slices and instants in time order
     window_index: Any = None  # reduce.window_index.WindowIndex: a window's rows found by search
+    instants: Optional[int] = None  # reduction.instant_count: how many instants (`reduction_bytes`)
 
     def nbytes(self) -> int:
         """The memory this state holds: numpy arrays exactly (each once, views as their

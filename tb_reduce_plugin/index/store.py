@@ -292,7 +292,7 @@ class IndexStore:
             thread_names=dict(map(tuple, strings["thread_names"])), **cols)
         if not unchanged:  # what the files say was checked with them, when they were stamped
             _check_ids(table)
-        table.prepared = self._prepared(folder, n, stamps, unchanged)
+        table.prepared = self._prepared(folder, n, stamps, unchanged, table)
         positions = None
         if strings["positions"] is not None:
             starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
@@ -314,7 +314,7 @@ class IndexStore:
     # binding, name ranks; the queries' parents and search order) is prepared by the first
     # plan of a table; kept here, a restarted server's first window plans at once.
     def _prepared(self, folder: str, events: int, stamps: Optional[Stamps] = None,
-                  columns_unchanged: bool = False) -> Optional[Prepared]:
+                  columns_unchanged: bool = False, table: Optional[EventTable] = None) -> Optional[Prepared]:
         """The prepared state kept in `folder`, checked, or None (damaged state is dropped).
         Checked against the columns unless both are as they were when last checked."""
         manifest_path = os.path.join(folder, _PREPARED)
@@ -334,7 +334,7 @@ class IndexStore:
 
             prepared = prepared_io.decode(manifest["spec"], array)
             if not (unchanged and columns_unchanged):
-                _check_prepared(prepared, events)
+                _check_prepared(prepared, events, table)
             return prepared
         except (Damaged, OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             log.warning("tb_reduce: the prepared state kept in %s is damaged (%s); plans prepare it again",
@@ -856,7 +856,7 @@ def _column(folder: str, column: str, files: dict) -> np.ndarray:
     return a
 
 
-def _check_prepared(p: Prepared, events: int) -> None:
+def _check_prepared(p: Prepared, events: int, table: Optional[EventTable] = None) -> None:
     """What the kept state says of events and slices fits this table: a plan indexes the
     columns with it, so an index past them is refused here, not met there."""
     sl = p.slices
@@ -874,6 +874,8 @@ def _check_prepared(p: Prepared, events: int) -> None:
             raise Damaged("the kept masks are not one row per event")
         if sl is not None and len(st.slice_order) != len(sl.start):
             raise Damaged("the kept slice order is not one row per slice")
+    if p.instants is not None and not (isinstance(p.instants, int) and 0 <= p.instants <= events):
+        raise Damaged("the kept count of instants does not fit the table")
     wi = p.window_index
     if wi is not None:
         slices = len(sl.start) if sl is not None else -1
@@ -882,7 +884,15 @@ def _check_prepared(p: Prepared, events: int) -> None:
                 or int(wi.tier_rows[0]) != 0 or int(wi.tier_rows[-1]) != slices or np.any(np.diff(wi.tier_rows) < 0)
                 or not isinstance(wi.counters_sorted, bool)):
             raise Damaged("the kept window index does not fit the slices")
-        for col, bound in ((wi.points, events), (wi.always, events), (wi.tier_order, slices)):
+        flows = len(wi.flow_event)
+        if (len(wi.flow_ts) != flows or len(wi.flow_row) != flows or len(wi.flow_tracks) != len(wi.flow_reach) + 1
+                or int(wi.flow_tracks[0]) != 0 or int(wi.flow_tracks[-1]) != flows
+                or np.any(np.diff(wi.flow_tracks) < 0) or int(wi.flow_size.sum()) != flows
+                or (table is not None and (len(wi.flow_reach) != max(len(table.tracks), 1)
+                                           or int(table.flow_key.max(initial=-1)) >= len(wi.flow_size)))):
+            raise Damaged("the kept window index does not fit the flows")
+        for col, bound in ((wi.points, events), (wi.always, events), (wi.tier_order, slices),
+                           (wi.flow_event, events), (wi.flow_row, flows)):
             if len(col) and (int(col.min()) < 0 or int(col.max()) >= bound):
                 raise Damaged("the kept window index names rows past the table")
 

@@ -22,7 +22,7 @@ from ..formats import ReadOptions, reader_for, sniff
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from ..index.prepared import Prepared, prepared_of
 from ..mapped import spill
-from ..model import INSTANT_PHASES, EventTable, valid_utf8
+from ..model import EventTable, valid_utf8
 from ..sorting import sample_bytes
 from ..waveforms import steps as steps_module
 from ..waveforms.steps import StepSeries, derive
@@ -34,6 +34,7 @@ from .reduction import (
     check_window,
     default_window,
     events_in_window,
+    instant_count,
     plan,
     plan_within,
     slices_bytes,
@@ -372,7 +373,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     t = index.table
     n = index.events
     block = getattr(index.source, "block_size", 0)  # a Chrome trace's write pass reads blocks again
-    instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in INSTANT_PHASES)
+    instants = instant_count(t)
     need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
             + PLAN_BYTES_PER_INSTANT * instants + PLAN_BYTES_PER_CHUNK_SLICE * min(n, CHUNK_SLICES)
             + PLAN_BYTES_PER_CHUNK_EVENT * min(n, CHUNK_EVENTS) + (WRITE_BLOCKS * block if block else WRITE_BYTES))

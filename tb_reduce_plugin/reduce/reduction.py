@@ -291,7 +291,7 @@ def window_index(t: EventTable) -> Optional[WindowIndex]:
     wi = p.window_index
     if wi is None:
         sl = slices_of(t)
-        wi = p.window_index = build_window_index(t, sl, _static(t, sl).always)
+        wi = p.window_index = build_window_index(t, sl, _static(t, sl).always, _flow_binding(t, sl))
     return wi if wi.counters_sorted else None
 
 
@@ -316,7 +316,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
             keys, inv, count = np.unique(key[flow], return_inverse=True, return_counts=True)
             whole[flow] = (count == wi.flow_size[keys])[inv]
         parts += [pts[whole], sl.event[ov], partner[partner >= 0],
-                  _flow_keep(t, sl, overlaps)]  # ...or bound to kept slices
+                  _flow_keep_window(t, sl, wi, overlaps, ov)]  # ...or bound to kept slices
         keep = np.unique(np.concatenate(parts))
         if max_keep is not None and len(keep) > max_keep:
             return None
@@ -333,8 +333,19 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     other = ~np.asarray(_static(t, sl).handled[pts]) | ((ph == PH_C) & (hi == lo))
     parts += [sl.event[ks], kp[kp >= 0], _counter_keep(t, bk, rows),
               _first_instants(t, pts[ph_in(ph, INSTANT_PHASES)], bk, t.track_pid()),
-              _flow_keep(t, sl, kept_slice), pts[other]]
+              _flow_keep_window(t, sl, wi, kept_slice, ks), pts[other]]
     return Plan(level, bk.r, t0, t1, np.unique(np.concatenate(parts)), summaries)
+
+
+def instant_count(t: EventTable) -> int:
+    """How many instant events the table holds, counted once (every request's charge asks:
+    a pass over the phases of 50 M events each time was a tenth of a second or more)."""
+    p = prepared_of(t)
+    n = p.instants
+    if n is None:
+        n = p.instants = sum(int(np.count_nonzero(ph_in(np.asarray(t.ph[c]), INSTANT_PHASES)))
+                             for c in _event_chunks(len(t)))
+    return n
 
 
 def _event_chunks(n: int) -> Iterator[slice]:
@@ -783,6 +794,81 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
         fidx = np.asarray(fb.fidx[a:a + CHUNK_EVENTS])
         parts.append(fidx[~bad[t.flow_key[fidx]]])
     return np.concatenate(parts)
+
+
+def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice: np.ndarray,
+                      ks: np.ndarray) -> np.ndarray:
+    """`_flow_keep` of a window's plan, whose kept slices `ks` (flagged in `kept_slice`) all
+    overlap it. A flow event binds to a slice of its own track, within its span (or, bound
+    to the next slice, at most the track's reach before it): so only flows with every event
+    near a kept slice of its track can be kept, and only they are looked at, found among
+    the window index's flow events by (track, time). Each event's binding is the prepared
+    one (its row in the flow binding, `wi.flow_row`), tested against the kept slices of
+    its track as `_flow_keep` tests it. The same flow events, in the same (ascending) order."""
+    fb = _flow_binding(t, sl)
+    if len(fb.fidx) == 0 or len(ks) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((sl.start[ks], sl.track[ks]))  # the kept slices by track, then start
+    k_start, k_end, k_track = sl.start[ks][order], sl.end[ks][order], sl.track[ks][order]
+    heads = np.r_[0, np.flatnonzero(k_track[1:] != k_track[:-1]) + 1, len(ks)]
+    found = []
+    for h0, h1 in zip(heads[:-1].tolist(), heads[1:].tolist()):  # a track's flow events near its kept slices
+        tr = int(k_track[h0])
+        r0, r1 = int(wi.flow_tracks[tr]), int(wi.flow_tracks[tr + 1])
+        if r1 == r0:
+            continue
+        starts, ends = k_start[h0:h1], k_end[h0:h1]
+        tol = 2e-6 + 4e-15 * max(abs(float(starts[0])), float(np.abs(ends).max()))  # above `_landing`'s own
+        ts = wi.flow_ts[r0:r1]
+        a = np.searchsorted(ts, starts - float(wi.flow_reach[tr]) - tol, "left")  # ascending, as the starts
+        b = np.maximum.accumulate(np.searchsorted(ts, ends + tol, "right"))
+        new = np.r_[True, a[1:] > b[:-1]]  # runs of rows that overlap merged into one
+        lo, hi = a[new], b[np.r_[np.flatnonzero(new)[1:] - 1, len(a) - 1]]
+        if int((hi - lo).sum()):
+            n = hi - lo
+            rows = np.repeat(hi - np.cumsum(n), n) + np.arange(int(n.sum()))
+            found.append(np.asarray(wi.flow_event[r0 + rows]))
+    if not found:
+        return np.zeros(0, dtype=np.int64)
+    near = np.sort(np.concatenate(found))
+    key = np.asarray(t.flow_key[near])
+    keys, inv, count = np.unique(key, return_inverse=True, return_counts=True)
+    whole = (count == wi.flow_size[keys])[inv]  # flows with every event in the span
+    ev, key = near[whole], key[whole]
+    if len(ev) == 0:
+        return ev.astype(np.int64)
+    row = np.asarray(wi.flow_row[np.searchsorted(fb.fidx, ev)])
+    seg_lo = np.array([seg.lo_f for seg in fb.segments] + [np.iinfo(np.int64).max], dtype=np.int64)
+    seg_of = np.searchsorted(seg_lo, row, "right") - 1
+    ok = np.zeros(len(ev), dtype=bool)
+    for s in np.unique(seg_of[seg_of >= 0]).tolist():
+        seg = fb.segments[s]
+        at = np.flatnonzero(seg_of == s)
+        r = row[at] - seg.lo_f
+        inside = r < seg.hi_f - seg.lo_f
+        at, r = at[inside], r[inside]
+        if len(at) == 0:
+            continue
+        a, b = np.searchsorted(k_track, int(t.track[ev[at[0]]]), "left"), \
+            np.searchsorted(k_track, int(t.track[ev[at[0]]]), "right")
+        starts, run_end = k_start[a:b], np.maximum.accumulate(k_end[a:b]) if b > a else k_end[a:b]
+        pc, ts, tl = np.asarray(seg.pc[r]), np.asarray(seg.ts[r]), np.asarray(seg.tol[r])
+        direct = np.asarray(seg.direct[r]) & kept_slice[np.asarray(fb.order[seg.a + pc])]
+        q = np.searchsorted(starts, ts + tl, "right") - 1
+        between = np.asarray(seg.between[r]) & (q >= 0)
+        if len(starts):
+            between &= run_end[np.maximum(q, 0)] >= ts - tl
+        lo_n, hi_n = np.asarray(seg.lo_next[r]), np.asarray(seg.hi_next[r])
+        nxt = hi_n > lo_n
+        if nxt.any() and len(starts):
+            s_lo = np.asarray(fb.sstart[seg.a + np.where(nxt, lo_n, 0)])
+            s_hi = np.asarray(fb.sstart[seg.a + np.where(nxt, hi_n - 1, 0)])
+            nxt &= np.searchsorted(starts, s_lo, "left") < np.searchsorted(starts, s_hi, "right")
+        else:
+            nxt[:] = False
+        ok[at] = np.where(np.asarray(seg.enclosing[r]), direct | between, nxt)
+    bad = np.unique(key[~ok])
+    return ev[~np.isin(key, bad)]
 
 
 @dataclass

@@ -16,8 +16,13 @@ state (`index/prepared_io.py`), holds:
   short ones reaches back little. What a window costs follows the events in it and those
   that reach into it, not the trace (XProf keeps 13 zoom levels for the same reason;
   Perfetto a max-duration segment tree per track);
-* the events every plan keeps (metadata, unmatched B/E, untimed ones) by index, and the
-  flows' sizes, so that a window's flows are whole or not without a pass over every flow.
+* the events every plan keeps (metadata, unmatched B/E, untimed ones) by index;
+* for flows: each key's number of events, the flow events by (track, time), each one's row
+  in the flow binding (`reduction._flow_binding`) and, per track, how far before a slice a
+  flow event binds to it as the next one. A flow is kept only if each of its events binds
+  to a kept slice of its own track, and kept slices overlap the window: so each of its
+  events lies within a kept slice of its track (less that reach), and only the flows
+  there are looked at.
 
 The plans made from it are those of the whole-table path exactly (`reduction.plan_within`
 compares both in the tests): it only finds the same rows a faster way.
@@ -26,12 +31,12 @@ compares both in the tests): it only finds the same rows a faster way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ..index.prepared import prepared_of
-from ..mapped import Appended
+from ..mapped import Appended, scratch_array, spill
 from ..model import PH_B, PH_E, PH_X, EventTable, ph_in
 from ..slices import SliceTable
 from ..sorting import order_by, sample_bytes
@@ -62,6 +67,11 @@ class WindowIndex:
     tier_extent: np.ndarray  # per tier, the longest end - start (and dur) of its slices
     always: np.ndarray  # the events every plan keeps (`reduction._Static.always`), ascending
     flow_size: np.ndarray  # per flow key, how many flow events bear it
+    flow_row: np.ndarray  # per flow event (in event order), its row among the flows by track
+    flow_reach: np.ndarray  # per track, how far before a slice a flow event binding to it as the next lies
+    flow_event: np.ndarray  # the flow events by (track, ts, event)...
+    flow_ts: np.ndarray  # ...their times (NaN as inf)...
+    flow_tracks: np.ndarray  # ...and each track's rows: flow_tracks[k]:flow_tracks[k + 1]
     counters_sorted: bool  # counter samples are in event order (their rows found by search)
 
     def points_within(self, t0: float, t1: float) -> np.ndarray:
@@ -110,7 +120,7 @@ def tier_of(dur: np.ndarray) -> np.ndarray:
     return np.where((dur > 0) | ~np.isfinite(dur) & ~np.isnan(dur), tier, 0).astype(np.uint16)
 
 
-def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray) -> WindowIndex:
+def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray, binding: Any) -> WindowIndex:
     """Made a chunk at a time into the table's scratch folder when it has one (`Appended`,
     `sorting.order_by`): what is held meanwhile is a chunk and the sorts' samples."""
     folder = t.scratch
@@ -146,11 +156,13 @@ def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray) -> Win
     np.cumsum(counts, out=rows[1:])
 
     flow_size = _flow_sizes(t)
+    flow_row, flow_reach = _flow_rows(t, folder, binding)
+    flow_event, flow_ts, flow_tracks = _flows_by_track_time(t, folder, binding.fidx)
     ce = t.counter_event
     ordered = all(bool(np.all(np.diff(np.asarray(ce[a:a + CHUNK_ROWS + 1])) >= 0))
                   for a in range(0, len(ce), CHUNK_ROWS))
     return WindowIndex(points, point_ts, tier_order, tier_start, rows, extent, keep.finish()["always"],
-                       flow_size, ordered)
+                       flow_size, flow_row, flow_reach, flow_event, flow_ts, flow_tracks, ordered)
 
 
 def _flow_sizes(t: EventTable) -> np.ndarray:
@@ -165,6 +177,50 @@ def _flow_sizes(t: EventTable) -> np.ndarray:
                 size = np.concatenate((size, np.zeros(len(counted) - len(size), dtype=np.int64)))
             size[:len(counted)] += counted
     return size
+
+
+def _flows_by_track_time(t: EventTable, folder: Optional[str], fidx: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flow events by (track, time, event), their times (NaN as inf: last, never in a
+    finite span) and each track's rows."""
+    tracks = max(len(t.tracks), 1)
+    cols = Appended(folder, {"ts": np.float64, "track": np.int32}, "the window index")
+    counts = np.zeros(tracks, dtype=np.int64)
+    for a in range(0, len(fidx), CHUNK_ROWS):
+        f = np.asarray(fidx[a:a + CHUNK_ROWS])
+        ts, track = np.asarray(t.ts[f]), np.asarray(t.track[f])
+        cols.append({"ts": np.where(np.isnan(ts), np.inf, ts), "track": track})
+        counts += np.bincount(track, minlength=tracks)[:tracks]
+    c = cols.finish()
+    order = order_by(c["ts"], None, c["track"], folder, CHUNK_ROWS, "the window index")
+    event, ts = _gathered(folder, order, {"flow_event": fidx, "flow_ts": c["ts"]})
+    rows = np.zeros(tracks + 1, dtype=np.int64)
+    np.cumsum(counts, out=rows[1:])
+    return event, ts, rows
+
+
+def _flow_rows(t: EventTable, folder: Optional[str], fb: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Each flow event's row in the flow binding's track order (the inverse of `fb.forder`),
+    and per track the longest distance from a flow event binding to the next slice to that
+    slice's start (0 with none): from the binding's segments, a chunk at a time."""
+    n = len(fb.fidx)
+    with scratch_array(folder, "flow_row", n, np.int64) as row:
+        for a in range(0, n, CHUNK_ROWS):
+            row[np.asarray(fb.forder[a:a + CHUNK_ROWS])] = np.arange(a, min(a + CHUNK_ROWS, n), dtype=np.int64)
+        kept = spill(folder, "flow_row", row)
+    reach = np.zeros(max(len(t.tracks), 1), dtype=np.float64)
+    for seg in fb.segments:
+        track = int(t.track[int(fb.fidx[int(fb.forder[seg.lo_f])])])
+        for a in range(0, seg.hi_f - seg.lo_f, CHUNK_ROWS):
+            c = slice(a, a + CHUNK_ROWS)
+            lo, hi = np.asarray(seg.lo_next[c]), np.asarray(seg.hi_next[c])
+            nxt = ~np.asarray(seg.enclosing[c]) & (hi > lo)
+            if nxt.any():
+                bound = np.asarray(fb.sstart[seg.a + hi[nxt] - 1])  # the last start it may bind to
+                with np.errstate(invalid="ignore", over="ignore"):
+                    far = float(np.nanmax(np.append(bound - np.asarray(seg.ts[c])[nxt], 0.0)))
+                reach[track] = max(reach[track], far)
+    return kept, reach
 
 
 def _gathered(folder: Optional[str], order: np.ndarray, columns: dict) -> list[np.ndarray]:
