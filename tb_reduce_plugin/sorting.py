@@ -22,8 +22,9 @@ SAMPLE_BYTES_PER_ROW = 48  # the sample's keys, groups and their sort
 
 
 def sample_bytes(n: int) -> int:
-    """What sampling the keys of `n` rows holds (beside a chunk's work)."""
-    return SAMPLE_BYTES_PER_ROW * min(n, SAMPLE_ROWS)
+    """What sampling the keys of `n` rows holds (beside a chunk's work): every `n //
+    SAMPLE_ROWS`-th row, so up to twice `SAMPLE_ROWS` rows (all of them below that)."""
+    return SAMPLE_BYTES_PER_ROW * len(range(0, n, max(1, n // SAMPLE_ROWS)))
 
 
 def order_by(key: np.ndarray, tie: Optional[np.ndarray], group: Optional[np.ndarray], folder: Optional[str],

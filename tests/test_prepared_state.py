@@ -17,7 +17,7 @@ from tb_reduce_plugin.model import EventTable
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduction_bytes
-from tb_reduce_plugin.reduce.reduction import default_window, name_rank, plan, slices_of
+from tb_reduce_plugin.reduce.reduction import default_window, name_rank, plan, prepare_window_index, slices_of
 
 STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
 XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"
@@ -53,8 +53,11 @@ def test_a_second_plan_reuses_the_prepared_state_and_adds_no_memory() -> None:
     assert all(a is b for a, b in zip(now, held))  # the same objects, not recomputed
     assert idx.memory_bytes() == size
     assert np.array_equal(first.keep, second.keep) and len(other_level.keep) >= len(first.keep)
-    # a window's plan adds the window index, once; the same window bounds give the same plan
+    # a window's plan adds nothing; the window index, once prepared, is counted, and a plan
+    # through it (the whole trace's bounds) keeps what the plan of the whole trace keeps
     windowed = plan(idx.table, 1, *default_window(idx.table))
+    assert p.window_index is None and idx.memory_bytes() == size
+    prepare_window_index(idx.table)
     assert p.window_index is not None and idx.memory_bytes() == size + Prepared(window_index=p.window_index).nbytes()
     again = plan(idx.table, 1, *default_window(idx.table))
     assert idx.memory_bytes() == size + Prepared(window_index=p.window_index).nbytes()

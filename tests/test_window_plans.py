@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tb_reduce_plugin.index.prepared import Prepared
+from tb_reduce_plugin.index.prepared import Prepared, prepared_of
 from tb_reduce_plugin.reduce import reduction, window_index
 from tb_reduce_plugin.reduce.reduction import default_window, plan_within, slices_of
 
@@ -55,7 +55,7 @@ def _whole(t, *args, **kw):
 def test_plans_of_a_window_from_the_window_index_are_those_of_the_whole_table(oracle_tables) -> None:
     compared = 0
     for name, t in oracle_tables:
-        d0, d1 = default_window(t)
+        reduction.prepare_window_index(t)
         for window in _windows(t):
             if window[0] is not None and window[1] is not None and not window[1] - window[0] >= 1e-6:
                 continue
@@ -159,6 +159,7 @@ def test_flows_bound_to_a_long_slice_or_to_a_next_slice_far_away_are_kept_as_the
         events += [{"ph": "s", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 3, "ts": 1005 + 0.1 * i},
                    {"ph": "f", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 4, "ts": 50 + i}]
     t = index_file(write_trace(tmp_path / "flows.json.gz", events)).table
+    reduction.prepare_window_index(t)
     kept_any = 0
     for window in ((500.0, 510.0), (505.5, 506.0), (899.0, 904.0), (10.0, 12.0), (1001.0, 1002.0), (1001.0, 1010.0),
                    (0.0, 1000.0)):
@@ -192,6 +193,7 @@ def test_a_kept_window_index_that_names_rows_past_the_table_is_dropped_and_made_
     store.save(parsed)
     d0, d1 = default_window(parsed.table)
     window = (d0 + 0.2 * (d1 - d0), d0 + 0.6 * (d1 - d0))
+    reduction.prepare_window_index(parsed.table)
     expected = reduced(parsed, 2, window)
     assert parsed.prepared.window_index is not None and len(parsed.prepared.window_index.flow_event)
     assert store.save_prepared(parsed)
@@ -207,3 +209,79 @@ def test_a_kept_window_index_that_names_rows_past_the_table_is_dropped_and_made_
     assert reopened.extra.get("stored_index") and reopened.prepared.window_index is None
     assert "window index" in caplog.text
     assert reduced(reopened, 2, window) == expected
+
+
+def test_plans_of_a_window_read_the_whole_table_until_the_window_index_is_prepared(oracle_tables) -> None:
+    """A plan never makes the window index on the side (at 50 M events it takes ~15 s): the
+    server prepares it in the background; until then, and in the CLI, the whole table."""
+    name, t = next((n, t) for n, t in oracle_tables if len(t) > 1000)
+    prepared_of(t).window_index = None
+    d0, d1 = default_window(t)
+    before = plan_within(t, 2, d0, (d0 + d1) / 2)
+    assert prepared_of(t).window_index is None and reduction.window_index(t) is None
+    assert reduction.prepare_window_index(t) is prepared_of(t).window_index is reduction.window_index(t)
+    _same(plan_within(t, 2, d0, (d0 + d1) / 2), before, name)
+
+
+def _logdir(tmp_path):
+    import shutil
+
+    from oracle_traces import TORCH_GPU
+
+    run = tmp_path / "logs" / "run"
+    run.mkdir(parents=True)
+    shutil.copyfile(TORCH_GPU, run / TORCH_GPU.name)
+    return tmp_path / "logs", TORCH_GPU.name.split(".pt.trace.json")[0]
+
+
+def _body(r) -> bytes:
+    import gzip
+
+    data = r.body.read()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def test_a_server_prepares_the_window_index_after_the_first_view_and_a_restart_zooms_from_it(tmp_path) -> None:
+    """The first view's plan reads the whole table; the window index is then made in the
+    background and kept with the prepared state; a restarted server maps it and plans its
+    first zoom from it, for the bytes a server without it writes."""
+    import json
+
+    from tb_reduce_plugin.serve.service import TraceService
+
+    logs, host = _logdir(tmp_path)
+    first = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
+    first.reduction("run", host, 2, None, None)
+    first.wait_saved()
+    tf = first.trace_file("run", host)
+    assert first.on_index(tf, lambda i: i.prepared.window_index is not None)
+    kept = json.loads(next((tmp_path / "cache" / "index").glob("*/prepared.json")).read_text())
+    assert "window_index" in kept["spec"]
+    lo, hi = first.on_index(tf, lambda i: default_window(i.table))
+    window = (lo + 0.4 * (hi - lo), lo + 0.45 * (hi - lo))
+
+    restarted = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
+    rtf = restarted.trace_file("run", host)
+    assert restarted.on_index(rtf, lambda i: reduction.window_index(i.table) is not None)
+    zoom = restarted.reduction("run", host, 2, *window)
+    assert zoom.stats["index"] == "stored"
+    fresh = TraceService(str(logs), cache_dir=str(tmp_path / "fresh"))  # parses; its first plan: the whole table
+    assert _body(zoom) == _body(fresh.reduction("run", host, 2, *window))
+
+
+def test_a_budget_without_room_for_the_window_index_leaves_zooms_on_the_whole_table(tmp_path, monkeypatch) -> None:
+    """The background making is charged to the budget: where it does not fit, it is not
+    made, nothing fails, and zooms are planned as before it."""
+    from tb_reduce_plugin.reduce import window_index
+    from tb_reduce_plugin.serve.service import TraceService
+
+    monkeypatch.setattr(window_index, "WINDOW_INDEX_SPILLED_BYTES_PER_EVENT", 10 ** 6)  # more than any budget
+    logs, host = _logdir(tmp_path)
+    service = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
+    service.reduction("run", host, 2, None, None)
+    service.wait_saved()
+    tf = service.trace_file("run", host)
+    assert service.on_index(tf, lambda i: i.prepared.window_index is None and i.window_index_asked)
+    lo, hi = service.on_index(tf, lambda i: default_window(i.table))
+    zoom = service.reduction("run", host, 3, lo + 0.1 * (hi - lo), lo + 0.2 * (hi - lo))
+    assert zoom.stats["output"]["events"] > 0

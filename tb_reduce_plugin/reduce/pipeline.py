@@ -39,7 +39,6 @@ from .reduction import (
     plan_within,
     slices_bytes,
 )
-from .window_index import window_index_bytes
 from .writer import EventSource, Sink, atomic_output, write_trace
 
 Level = Union[int, str]
@@ -103,6 +102,8 @@ class TraceIndex:
     spill_dir: Optional[str] = field(default=None, repr=False)
     # A file it maps was cut under it (`mapped.shrunk`, a guarded fault): no longer served or saved.
     damaged: bool = field(default=False, repr=False)
+    # Its window index has been asked for in the background (a server's `_settle_index`).
+    window_index_asked: bool = field(default=False, repr=False)
 
     @property
     def events(self) -> int:
@@ -323,7 +324,7 @@ def reduce_index(
     """
     level = parse_level(level)
     check_window(start_us, end_us)
-    need = reduction_bytes(index, level, with_input_index, windowed=start_us is not None or end_us is not None)
+    need = reduction_bytes(index, level, with_input_index)
     alongside = index.account.total if index.account is not None else 0
     charges = OutputCharge(account, alongside) if account is not None else None
     if account is not None:
@@ -358,7 +359,7 @@ class OutputCharge:
         self.held = 0
 
 
-def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False, windowed: bool = False) -> int:
+def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = False) -> int:
     """What planning and writing one reduction of `index` hold at their peak, at most.
 
     A plan holds flags per event and per slice, and works on one chunk of a track's
@@ -367,8 +368,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     table's first plan also prepares ~42-56 B an event of state kept with it; the write
     pass holds a read block or two and its decoded events; at level 0 (or auto, which
     may pick it) every event may be kept, and each kept one costs its index and, in
-    `tb_reduce.input_index`, its JSON digits. The first plan of a window (`windowed`) also
-    makes the table's window index (`window_index.py`).
+    `tb_reduce.input_index`, its JSON digits.
     """
     t = index.table
     n = index.events
@@ -384,8 +384,6 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     if not {"slices", "static", "flow_binding"} <= index.prepared.ready_fields():  # a query made some, not all
         need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
         need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
-    if windowed:
-        need += window_index_bytes(t)
     if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
     return need

@@ -284,15 +284,26 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
 
 
 def window_index(t: EventTable) -> Optional[WindowIndex]:
-    """The table's window index (`window_index.py`), made at its first plan of a window and
-    prepared once; None where counter samples are not in event order (never from our
-    readers: their rows could not be found by search), and plans read the whole table."""
+    """The table's window index (`window_index.py`) if it has been prepared
+    (`prepare_window_index`) and can serve: plans of a window then find their rows by
+    search. None: they read the whole table, as before it (a plan never makes it on the
+    side: at 50 M events it takes some 15 s, ten whole-table plans)."""
+    wi = prepared_of(t).window_index
+    return wi if wi is not None and wi.counters_sorted else None
+
+
+def prepare_window_index(t: EventTable) -> WindowIndex:
+    """Make the table's window index, once (with the state every plan shares, if missing):
+    where the server has a folder for it, in the background after the table's first plan
+    (`service.py`); in memory, ~33 B an event (`window_index_bytes` while it is made). Where
+    counter samples are not in event order (never from our readers), it is made but not
+    used: their rows could not be found by search."""
     p = prepared_of(t)
     wi = p.window_index
     if wi is None:
         sl = slices_of(t)
         wi = p.window_index = build_window_index(t, sl, _static(t, sl).always, _flow_binding(t, sl))
-    return wi if wi.counters_sorted else None
+    return wi
 
 
 def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: float, resolution: Optional[int],

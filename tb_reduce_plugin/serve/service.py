@@ -46,11 +46,14 @@ from ..formats import objectstore
 from ..formats.chrome_json import ChromeJsonEvents
 from ..formats.sources import DEFAULT_MAX_RATIO, FileIdentity
 from ..index.store import IndexStore, default_index_bytes, parse_spilling
+from ..model import SpillFailed
 from ..multihost.executor import LocalPool, make_executor
 from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate
 from ..query import search as query_search
 from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from ..reduce.reduction import prepare_window_index
+from ..reduce.window_index import window_index_bytes
 from ..waveforms.categories import CATEGORIES
 from ..waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
 from ..waveforms.scalars import tag_id as scalar_tag_id
@@ -497,6 +500,40 @@ class TraceService:
             if not ready <= idx.prepared_kept:
                 idx.prepared_kept = idx.prepared_kept | ready
                 self._writes.put_for(idx, store.save_prepared)
+        if idx.table.scratch is not None and not idx.window_index_asked and not idx.prepared.ready("window_index"):
+            idx.window_index_asked = True  # once per index: zooms into it then plan from the window index
+            self._writes.put_for(idx, self._prepare_window_index)
+
+    def _prepare_window_index(self, idx: TraceIndex) -> None:
+        """Make `idx`'s window index (`reduction.prepare_window_index`) in the background,
+        after its first plan: until it is made, plans of a window read the whole table, as
+        before; once made, a zoom costs what it shows. It goes into the index's scratch
+        folder, so what it holds is a chunk and the sorts' samples, charged to the budget
+        while it is made; a budget held by requests, a full disk or a file cut meanwhile
+        (read as zeros) leaves it unmade: plans go on as before."""
+        if idx.damaged:
+            return
+        before = mapped.faults()
+        try:
+            with self.budget.account(f"indexing the windows of {os.path.basename(idx.path)}") as account:
+                account.charge(window_index_bytes(idx.table), "the window index", wait_s=5.0)
+                wi = prepare_window_index(idx.table)
+        except (TraceError, OSError, SpillFailed) as exc:
+            log.info("tb_reduce: no window index for %s (%s); zooms read the whole table",
+                     os.path.basename(idx.path), str(exc))
+            return
+        if mapped.faults() != before or mapped.shrunk(idx.prepared.arrays()) is not None:
+            if idx.prepared.window_index is wi:
+                idx.prepared.window_index = None  # made from a file cut meanwhile: not trusted
+            return
+        try:
+            idx.settle_memory()  # charged as the index's state...
+        except TraceError:
+            pass
+        store = self.store  # ...and kept beside the stored index, now (this is the writer's thread)
+        if store is not None and idx.identity is not None and store.can_keep_prepared(idx):
+            idx.prepared_kept = idx.prepared_kept | idx.prepared.ready_fields()
+            store.save_prepared(idx)
 
     # ---- waveforms -----------------------------------------------------------------
     def waveforms(self, run: str, host: str) -> dict:
