@@ -97,16 +97,16 @@ def main() -> int:
         host = trace.name.split(".pt.trace.json")[0].split(".trace.json")[0].split(".json")[0]
         cache = work / "cache"
 
-        first = TraceService(str(work / "logs"), cache_dir=str(cache))  # the first view, then a first zoom
+        first = TraceService(str(work / "logs"), cache_dir=str(cache))  # the first view...
         began = time.perf_counter()
         r = first.reduction("run", host, 2, None, None)
         view_s = time.perf_counter() - began
         events = r.stats["input"]["events"]
         lo, hi = first.on_index(first.trace_file("run", host), lambda i: default_window(i.table))
         began = time.perf_counter()
-        first.reduction("run", host, 2, lo + 0.5 * (hi - lo), lo + 0.51 * (hi - lo))
+        first.wait_saved()  # ...then the index kept and the window index made, in the background
         build_s = time.perf_counter() - began
-        first.wait_saved()
+        assert first.on_index(first.trace_file("run", host), lambda i: i.prepared.window_index is not None)
         folder = next((cache / "index").glob("*/prepared.json")).parent
         del first
         time.sleep(2.5)  # the index's files old enough to be stamped at the first reopen (`verified.py`)
@@ -136,7 +136,7 @@ def main() -> int:
         kept = sum(f.stat().st_size for f in folder.iterdir())
         print(f"trace: {trace.name}, {trace.stat().st_size / 1e6:,.0f} MB, {events:,} events; medians of {args.n}"
               f"{', page cache dropped before each request' if args.drop_caches else ''}")
-        print(f"first view {view_s:.1f} s; first zoom (makes the window index) {build_s:.1f} s; "
+        print(f"first view {view_s:.1f} s; then in the background (index kept, window index made) {build_s:.1f} s; "
               f"index folder {kept / 1e6:,.0f} MB ({kept / events:.0f} B/event)")
         print("window width   plan: index / whole table        request: index / whole table")
         for width, fp, fq, sp, sq in rows:
