@@ -18,6 +18,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"  # the suites, their fixtures and helpers (the suites sit in folders mirroring the package)
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 

@@ -21,34 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corpus_support import CORPUS, CORRUPT_XSPACE, NOT_A_TRACE, TRACES
 
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.reduce.pipeline import reduce_to_bytes
 from tests.reference_checker import check_reduction, default_window, load_trace
 from tests.xspace_oracle import convert
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-# rocprofiler-sdk's own JSON: a real file that is not a trace, so it must be refused.
-NOT_A_TRACE = "public/TraceLens/tests__rocprof__908_results.json.gz"
-# A real XSpace mangled by a text round-trip: must be refused.
-CORRUPT_XSPACE = "public/xprof/xprof__convert__test_xplanes__tpu_inference_2@bfd424c8-CORRUPT.xplane.pb"
-
-
-def _traces() -> list[str]:
-    """Chrome-JSON and XSpace traces under public/*/ and generated/*/, relative to the corpus."""
-    if not CORPUS.is_dir():
-        return []
-    found = []
-    for part in ("public", "generated"):
-        for path in sorted((CORPUS / part).glob("*/*")):
-            rel = path.relative_to(CORPUS).as_posix()
-            if path.name.endswith((".json", ".json.gz", ".xplane.pb")) and rel not in (NOT_A_TRACE, CORRUPT_XSPACE):
-                found.append(rel)
-    return found
-
-
-TRACES = _traces()
 # File-major order, so that each input is parsed once for its six reductions.
 CASES = [(trace, level, windowed) for trace in TRACES for level, windowed in [*((lv, False) for lv in range(5)), (2, True)]]
 

@@ -21,21 +21,12 @@ from typing import Iterator
 
 import hostile_files as hf
 import pytest
+from hostile_support import MARGIN_MB, error_of
 from plugin_support import TORCH_FILE, require_corpus, torch_trace_gz
 from tensorboard_process import TensorBoard, start_tensorboard, storm
 
 ROUTE = "data/plugin/tb_reduce/"
 BUDGET_MB = 64
-# Peak RSS may exceed its idle level by the budget plus what nobody counts: Python's own
-# objects around a request, allocator slack, TensorBoard. Wide on purpose: before the fix
-# these files took the server to 4.9 GB and past 8 GB.
-MARGIN_MB = 160
-
-
-def error_of(status: int, body: bytes) -> str:
-    doc = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-    assert set(doc) == {"error"} and "\n" not in doc["error"] and "Traceback" not in doc["error"], doc
-    return doc["error"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ remembered per file version across restarts."""
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import shutil
@@ -19,44 +18,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from index_support import CORPUS, _resum, chrome_traces, identity, reduced, stored_folder
 from plugin_support import require_corpus
 
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.formats.sources import FileIdentity
 from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index.store import IndexStore, index_digest, indexed
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
-from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index
+from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window
 from tb_reduce_plugin.serve import service as service_module
 from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.waveforms.steps import derive
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 TORCH = CORPUS / "generated" / "torch_cpu_cnn_small"
-
-
-def chrome_traces() -> list[Path]:
-    """Every Chrome trace of the corpus that parses (the one rocprof file is not a trace)."""
-    if not CORPUS.is_dir():
-        return []
-    return sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
-                  and "rocprof" not in p.name)
-
-
-def reduced(index, level, window=(None, None)) -> bytes:
-    out = io.BytesIO()
-    reduce_index(index, out, level, window[0], window[1], gzip=False, with_input_index=True)
-    return out.getvalue()
-
-
-def identity(path: Path) -> FileIdentity:
-    return FileIdentity.from_stat(os.stat(path))
-
-
-def stored_folder(store: IndexStore, path: Path) -> Path:
-    return Path(store.directory) / index_digest(str(path), identity(path))
 
 
 @pytest.fixture()
@@ -450,11 +426,6 @@ def _rewrite_prepared(folder: Path, change) -> None:
     manifest = json.loads((folder / "prepared.json").read_text())
     change(manifest, folder)
     (folder / "prepared.json").write_text(json.dumps(manifest))
-
-
-def _resum(manifest: dict, folder: Path, name: str) -> None:
-    data = (folder / name).read_bytes()
-    manifest["files"][name] = [len(data), store_module.isal_zlib.crc32(data)]
 
 
 def _slices_past_the_table(manifest: dict, folder: Path) -> None:

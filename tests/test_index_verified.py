@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_index_store import reduced, stored_folder, trace  # noqa: F401 (a fixture)
+from index_support import reduced, stored_folder
+from test_index_store import trace  # noqa: F401 (a fixture)
 
 from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index import verified

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import hostile_files as hf
 import pytest
+from hostile_support import MARGIN_MB, error_of
 from tensorboard_process import start_tensorboard, storm
-from test_hostile_server import MARGIN_MB, error_of
 
 pytest.importorskip("xprof", reason="tensorboard-plugin-profile is a test dependency (setup.py extras 'test')")
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from test_corpus_sweep import CORPUS, TRACES
+from corpus_support import CORPUS, TRACES
 
 from tb_reduce_plugin.model import INSTANT_PHASES
 from tb_reduce_plugin.query.aggregate import aggregate

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 
 import hostile_files as hf
+from hostile_support import MARGIN_MB, error_of
 from tensorboard_process import start_tensorboard, storm
-from test_hostile_server import MARGIN_MB, error_of
 
 ROUTE = "data/plugin/tb_reduce/"
 BUDGET_MB = 384

@@ -180,8 +180,8 @@ def test_a_kept_window_index_that_names_rows_past_the_table_is_dropped_and_made_
     never indexed past it; the state is prepared again and plans as before."""
     import json
 
+    from index_support import _resum, chrome_traces, reduced, stored_folder
     from plugin_support import require_corpus
-    from test_index_store import _resum, chrome_traces, reduced, stored_folder
 
     from tb_reduce_plugin.index.store import IndexStore, indexed
     from tb_reduce_plugin.reduce.pipeline import index_file

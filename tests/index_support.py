@@ -1,0 +1,45 @@
+"""What the index suites share (tests/index/, tests/reduce/test_window_plans.py): the
+corpus's Chrome traces, a reduction as bytes, where a trace's stored index lies, and a
+manifest's checksum made to fit a file a test changed on purpose."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from conftest import ROOT
+
+from tb_reduce_plugin.formats.sources import FileIdentity
+from tb_reduce_plugin.index import store as store_module
+from tb_reduce_plugin.index.store import IndexStore, index_digest
+from tb_reduce_plugin.reduce.pipeline import reduce_index
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def chrome_traces() -> list[Path]:
+    """Every Chrome trace of the corpus that parses (the one rocprof file is not a trace)."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and "rocprof" not in p.name)
+
+
+def reduced(index, level, window=(None, None)) -> bytes:
+    out = io.BytesIO()
+    reduce_index(index, out, level, window[0], window[1], gzip=False, with_input_index=True)
+    return out.getvalue()
+
+
+def identity(path: Path) -> FileIdentity:
+    return FileIdentity.from_stat(os.stat(path))
+
+
+def stored_folder(store: IndexStore, path: Path) -> Path:
+    return Path(store.directory) / index_digest(str(path), identity(path))
+
+
+def _resum(manifest: dict, folder: Path, name: str) -> None:
+    data = (folder / name).read_bytes()
+    manifest["files"][name] = [len(data), store_module.isal_zlib.crc32(data)]
