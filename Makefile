@@ -37,15 +37,15 @@ test: venv lint
 # store (bucket I/O), HTTP routes, budgets, caches, discovery, workers, scalars,
 # waveforms' routes and the chunked fold (`test_plan_memory`'s, compared against a
 # whole-track fold on the same busy path). That keeps CI well under 30 minutes.
-PURE_SKIP := tests/*browser*.py tests/test_live_*.py tests/test_objectstore_s3.py \
-	tests/test_budget*.py tests/test_cache.py tests/test_discovery*.py tests/test_gate.py \
-	tests/test_multihost_[!r]*.py tests/test_package_layers.py tests/test_plugin_*.py \
-	tests/test_profile_tab_*.py tests/test_query_routes.py tests/test_query_hostile.py \
-	tests/test_runs_etag.py tests/test_scalar*.py tests/test_smoothing.py tests/test_tensorboard_e2e.py \
-	tests/test_view_resolution.py tests/test_waveforms_*.py tests/test_eventfile.py tests/test_jax_export_cap.py
+PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/formats/test_objectstore_s3.py \
+	tests/test_budget*.py tests/test_package_layers.py tests/serve/test_cache.py tests/serve/test_discovery.py \
+	tests/serve/test_gate.py tests/serve/test_plugin_*.py tests/serve/test_runs_etag.py \
+	tests/serve/test_tensorboard_e2e.py tests/multihost/test_multihost_[!r]*.py tests/profile_tab/*.py \
+	tests/query/test_query_routes.py tests/query/test_query_hostile.py tests/reduce/test_view_resolution.py \
+	tests/waveforms/*.py tests/formats/test_jax_export_cap.py
 test-pure: venv
 	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto tests $(foreach g,$(PURE_SKIP),--ignore-glob='$(g)') \
-		--deselect tests/test_plan_memory.py::test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks
+		--deselect tests/reduce/test_plan_memory.py::test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks
 
 # Rebuild the native scanner in place after editing _scan.c.
 native: venv
@@ -60,7 +60,7 @@ asan: venv
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	TB_REDUCE_SCAN_PATH=$(CURDIR)/$(ASAN_SO) TB_REDUCE_FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests/test_native_scanner.py tests/test_native_fuzz.py tests/test_xspace_native.py
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests/test_native_scanner.py tests/test_native_fuzz.py tests/formats/test_xspace_native.py
 
 # A longer fuzzing run of the native scanner against the pure-Python path.
 fuzz: venv

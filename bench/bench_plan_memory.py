@@ -1,5 +1,5 @@
 """Plan memory and time: tracks folded in chunks (today's engine) against each track folded
-whole (the engine before, kept as the oracle in tests/test_plan_memory.py), side by side on
+whole (the engine before, kept as the oracle in tests/reduce/test_plan_memory.py), side by side on
 one index, interleaved, medians. Peaks are tracemalloc's (numpy's buffers included).
 
     .venv/bin/python bench/bench_plan_memory.py --trace /tmp/big/g1.pt.trace.json.gz -n 3

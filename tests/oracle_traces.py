@@ -1,5 +1,5 @@
 """Traces that the engine's chunked paths are compared on against their whole-array oracles
-(tests/test_plan_memory.py, tests/test_query_aggregate_chunks.py), and a writer for the
+(tests/reduce/test_plan_memory.py, tests/query/test_query_aggregate_chunks.py), and a writer for the
 small synthetic ones those tests make."""
 
 from __future__ import annotations

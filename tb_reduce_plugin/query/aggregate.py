@@ -35,7 +35,7 @@ from .search import check_page, check_range, name_text
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
 # Working memory of a range table, charged to the memory budget before it is made; held to
-# these by tracemalloc in tests/test_query_aggregate_chunks.py. Per slice of a chunk (the
+# these by tracemalloc in tests/query/test_query_aggregate_chunks.py. Per slice of a chunk (the
 # slices are read a chunk at a time, whatever the trace's length); per name (the sums);
 # per slice of the trace, the children's time when no scratch folder holds it.
 BYTES_PER_CHUNK_SLICE = 200

@@ -455,7 +455,7 @@ class IndexCache(Generic[T]):
         An index a request is using is skipped: dropping it would free nothing until
         that request ends, and the next request would parse the file again. "Using" is
         read off the reference count, so a value caught in a reference cycle counts as
-        used; a `TraceIndex` holds none (tests/test_plugin_budget.py checks it).
+        used; a `TraceIndex` holds none (tests/serve/test_plugin_budget.py checks it).
         """
         dropped = False
         while self.budget.free < needed:
