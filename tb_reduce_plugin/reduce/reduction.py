@@ -326,6 +326,8 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
         if flow.any():
             keys, inv, count = np.unique(key[flow], return_inverse=True, return_counts=True)
             whole[flow] = (count == wi.flow_size[keys])[inv]
+        if max_keep is not None and int(np.count_nonzero(whole)) + len(ov) > max_keep:
+            return None  # those alone (distinct: points are no slice's event) are more than the limit
         parts += [pts[whole], sl.event[ov], partner[partner >= 0],
                   _flow_keep_window(t, sl, wi, overlaps, ov)]  # ...or bound to kept slices
         keep = np.unique(np.concatenate(parts))
