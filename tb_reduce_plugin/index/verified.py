@@ -12,9 +12,10 @@ takes it as checked without reading it, and skips the checks of what the files s
 
 Any write to a file (in place, a truncation, a copy or a swap for another) moves its
 modification time or changes its inode, so it is read and checked again. A file is
-stamped only when its modification time is `RACY_NS` older than the stamp: a write in
-the same tick of a coarse clock (or a filesystem that keeps whole seconds) could
-otherwise leave the time as it was (git's "racily clean" index entries). What is not
+stamped only when its modification time is `RACY_NS` older than the stamp (`COARSE_RACY_NS`
+where the filesystem keeps whole seconds): a write in the same tick of the clock could
+otherwise leave the time as it was (git's "racily clean" index entries). So the files a
+save writes last may be read once more at the next load; the rest are not. What is not
 seen: bytes that change under an unchanged time — media decay, or someone who sets the
 time back on purpose; the stamps are no defence against whoever may write the cache,
 who may as well write the index.
@@ -35,9 +36,12 @@ from ..errors import TraceError
 from ..formats.sources import open_regular
 
 STAMPS = "verified.json"
-# A file modified less than this before its stamp is not stamped (2 s: FAT's granularity,
-# far above a kernel's coarse clock tick).
-RACY_NS = 2_000_000_000
+# A file modified less than this before its stamp is not stamped: 100 ms, ten ticks of
+# the coarsest kernel clock (HZ=100) that file times are taken from; 2 s where times are
+# whole seconds (FAT's granularity, some network filesystems). A restart a few seconds
+# after a 50 M-event trace's prepared state was written read all 3 GB of it again at 2 s.
+RACY_NS = 100_000_000
+COARSE_RACY_NS = 2_000_000_000
 _MAX_BYTES = 1 << 20
 
 
@@ -77,7 +81,8 @@ class Stamps:
             st = st or os.stat(os.path.join(self.folder, name))
         except OSError:
             return
-        if st.st_size != size or st.st_mtime_ns > time.time_ns() - RACY_NS:
+        racy = COARSE_RACY_NS if st.st_mtime_ns % 1_000_000_000 == 0 else RACY_NS
+        if st.st_size != size or st.st_mtime_ns > time.time_ns() - racy:
             self._stamps.pop(name, None)
             return
         key = self._key(size, crc, st)

@@ -68,6 +68,7 @@ def test_a_second_reopen_of_an_unchanged_index_reads_none_of_its_files(trace, tm
 def test_files_the_store_wrote_long_enough_ago_are_stamped_when_written(trace, tmp_path, reads,  # noqa: F811
                                                                         monkeypatch):
     monkeypatch.setattr(verified, "RACY_NS", -60 * 10**9)  # "long enough ago": every file is old enough
+    monkeypatch.setattr(verified, "COARSE_RACY_NS", -60 * 10**9)
     store, parsed, folder = _stored(trace, tmp_path)
     assert indexed(store, str(trace)).extra.get("stored_index")
     assert reads == []
@@ -108,6 +109,8 @@ def test_a_file_swapped_for_another_with_its_old_time_is_read_again(trace, tmp_p
 def test_a_file_modified_within_racy_ns_of_its_stamp_is_not_stamped(tmp_path):
     f = tmp_path / "a.npy"
     f.write_bytes(b"x" * 10)
+    now = time.time_ns() - 1  # a fine-grained time, just now
+    os.utime(f, ns=(now, now))
     stamps = verified.Stamps(str(tmp_path))
     stamps.stamp("a.npy", 10, 123)
     stamps.save()
@@ -138,3 +141,19 @@ def test_a_fifo_in_place_of_the_stamps_file_is_not_waited_on(trace, tmp_path, re
     os.mkfifo(folder / verified.STAMPS)
     assert indexed(store, str(trace)).extra.get("stored_index")
     assert "ts.npy" in reads
+
+
+def test_on_a_filesystem_of_whole_seconds_a_file_is_stamped_only_two_seconds_after_its_time(tmp_path):
+    """A whole-second modification time may be the same for two writes up to a second
+    apart: such a file is stamped only once COARSE_RACY_NS have passed."""
+    f = tmp_path / "a.npy"
+    f.write_bytes(b"x" * 10)
+    second = (time.time_ns() // 10**9 - 1) * 10**9  # a whole second, ~1-2 s ago
+    os.utime(f, ns=(second, second))
+    stamps = verified.Stamps(str(tmp_path))
+    stamps.stamp("a.npy", 10, 123)
+    assert not stamps.matches("a.npy", 10, 123, f.stat()) or time.time_ns() - second >= verified.COARSE_RACY_NS
+    older = second - 3 * 10**9
+    os.utime(f, ns=(older, older))
+    stamps.stamp("a.npy", 10, 123)
+    assert stamps.matches("a.npy", 10, 123, f.stat())
