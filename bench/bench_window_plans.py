@@ -19,7 +19,6 @@ cache is dropped before each request, as after a reboot.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import shutil
 import statistics
@@ -32,20 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_index_store import DEFAULT_TRACE, body, ensure_trace  # noqa: E402  (the same 1 GiB trace)
+
 from tb_reduce_plugin.reduce import reduction  # noqa: E402
 from tb_reduce_plugin.reduce.reduction import default_window  # noqa: E402
 from tb_reduce_plugin.serve.service import TraceService  # noqa: E402
 
-DEFAULT_TRACE = Path("/tmp/tb_reduce_store_1g.pt.trace.json.gz")
 WIDTHS = (0.001, 0.01, 0.1)
-
-
-def ensure_trace(path: Path, size_mb: int) -> Path:
-    if not path.exists():
-        print(f"generating {path} ({size_mb} MiB of JSON) ...", flush=True)
-        subprocess.run([sys.executable, str(REPO / "bench" / "gen_kineto_trace.py"), "--size-mb", str(size_mb),
-                        "-o", str(path), "-q"], check=True)
-    return path
 
 
 def drop_caches(enabled: bool) -> None:
@@ -53,11 +45,6 @@ def drop_caches(enabled: bool) -> None:
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
-
-
-def body(reduction_) -> bytes:
-    data = reduction_.body.read()
-    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
 def ask(logdir: Path, cache: Path, host: str, window: tuple, whole_table: bool):
