@@ -519,6 +519,8 @@ class TraceService:
                 account.charge(window_index_bytes(idx.table), "the window index", wait_s=5.0)
                 wi = prepare_window_index(idx.table)
         except (TraceError, OSError, SpillFailed) as exc:
+            if isinstance(exc, BudgetBusy):
+                idx.window_index_asked = False  # memory held by requests now: the next plan asks again
             log.info("tb_reduce: no window index for %s (%s); zooms read the whole table",
                      os.path.basename(idx.path), str(exc))
             return

@@ -285,3 +285,30 @@ def test_a_budget_without_room_for_the_window_index_leaves_zooms_on_the_whole_ta
     lo, hi = service.on_index(tf, lambda i: default_window(i.table))
     zoom = service.reduction("run", host, 3, lo + 0.1 * (hi - lo), lo + 0.2 * (hi - lo))
     assert zoom.stats["output"]["events"] > 0
+
+
+def test_a_window_index_left_unmade_by_a_busy_budget_is_asked_again_by_the_next_plan(tmp_path, monkeypatch) -> None:
+    """Memory held by requests for a moment (`BudgetBusy`) is no reason to give up: the next
+    plan of the index asks for the window index again, and then it is made."""
+    from tb_reduce_plugin.budget import BudgetBusy
+    from tb_reduce_plugin.serve import service as service_module
+    from tb_reduce_plugin.serve.service import TraceService
+
+    real, calls = service_module.prepare_window_index, []
+
+    def busy_once(t):
+        calls.append(t)
+        if len(calls) == 1:
+            raise BudgetBusy("the memory is held by other tasks right now")
+        return real(t)
+
+    monkeypatch.setattr(service_module, "prepare_window_index", busy_once)
+    logs, host = _logdir(tmp_path)
+    service = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
+    service.reduction("run", host, 2, None, None)
+    service.wait_saved()
+    tf = service.trace_file("run", host)
+    assert len(calls) == 1 and service.on_index(tf, lambda i: i.prepared.window_index is None)
+    service.reduction("run", host, 3, None, None)  # the next plan
+    service.wait_saved()
+    assert len(calls) == 2 and service.on_index(tf, lambda i: reduction.window_index(i.table) is not None)
