@@ -4,8 +4,9 @@ and the slices that overlap it, by binary search.
 A plan of the whole trace reads every event; a plan of a window read every event too
 (flags per event, a pass over every slice), so a zoom into a 50 M-event trace after a
 restart read ~1.5 GB of mapped columns from disk to answer a few thousand events. This
-index, made once per table (at its first plan of a window) and kept with the prepared
-state (`index/prepared_io.py`), holds:
+index, made once per table (by a server in the background after the table's first plan:
+`reduction.prepare_window_index`) and kept with the prepared state
+(`index/prepared_io.py`), holds:
 
 * the timed events other than slices (instants, counters, flows, metadata, the rest) in
   (time, event) order, with their times: those in [t0, t1] are one run of it;
@@ -24,8 +25,8 @@ state (`index/prepared_io.py`), holds:
   events lies within a kept slice of its track (less that reach), and only the flows
   there are looked at.
 
-The plans made from it are those of the whole-table path exactly (`reduction.plan_within`
-compares both in the tests): it only finds the same rows a faster way.
+The plans made from it are those of the whole-table path exactly (tests/reduce/
+test_window_plans.py compares both): it only finds the same rows a faster way.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..sorting import order_by, sample_bytes
 
 CHUNK_ROWS = 1 << 19
 # Tiers by binary exponent of the duration (`np.frexp`): 0 for slices of no length, then
-# one per exponent from 2^-40 µs (a ps is 2^-10) to beyond any trace.
+# one per exponent from 2^-40 µs (a ps is ~2^-20 µs) to beyond any trace.
 _EXP_LOW, _EXP_HIGH = -40, 1100
 TIERS = _EXP_HIGH - _EXP_LOW + 2
 
