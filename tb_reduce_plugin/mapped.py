@@ -40,6 +40,28 @@ def map_array(path: str) -> np.ndarray:
 
 # Arrays smaller than this stay in memory: a map costs a file and a page at least.
 SPILL_AT_LEAST = 1 << 16
+
+_strict = threading.local()
+
+
+@contextlib.contextmanager
+def spill_or_fail() -> Iterator[None]:
+    """For the length of a `with` (in this thread): a write into a folder that fails (a full
+    or read-only disk) raises `SpillFailed` instead of holding the arrays in memory. For
+    work charged as if its rows were in files (a server's background window index): held
+    in memory instead, they would be memory nobody charged."""
+    before = getattr(_strict, "on", False)
+    _strict.on = True
+    try:
+        yield
+    finally:
+        _strict.on = before
+
+
+def _memory_instead(what: str, folder: str) -> None:
+    """Where a write into `folder` failed: go on in memory, unless `spill_or_fail` is on."""
+    if getattr(_strict, "on", False):
+        raise SpillFailed(f"{what} could not be written to {folder} (a full or read-only disk?)")
 _names = itertools.count()
 
 
@@ -64,6 +86,7 @@ def spill(folder: Optional[str], name: str, a: np.ndarray) -> np.ndarray:
             os.unlink(path)
         except OSError:
             pass
+        _memory_instead(name, folder)
         return a
 
 
@@ -88,6 +111,7 @@ def scratch_array(folder: Optional[str], name: str, n: int, dtype: Any) -> Itera
             os.unlink(path)
         except OSError:
             pass
+        _memory_instead(name, folder)
         a = np.zeros(n, dtype=dtype)  # a full disk: in memory, as without a folder
     try:
         yield a
@@ -248,6 +272,7 @@ class Appended:
             for name in names.values():
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(folder, name))
+            _memory_instead(self._what, folder)
             return
         self._files = files
         self._parts = {k: [] for k in self._dtypes}
@@ -256,6 +281,7 @@ class Appended:
     def _back_to_memory(self) -> None:
         files, self._files = self._files, None
         assert files is not None
+        _memory_instead(files.what, files.folder)
         for k, name in files.names.items():
             path = os.path.join(files.folder, name)
             try:

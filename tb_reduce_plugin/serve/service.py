@@ -517,7 +517,8 @@ class TraceService:
         try:
             with self.budget.account(f"indexing the windows of {os.path.basename(idx.path)}") as account:
                 account.charge(window_index_bytes(idx.table), "the window index", wait_s=5.0)
-                wi = prepare_window_index(idx.table)
+                with mapped.spill_or_fail():  # charged as files: a disk that fails them is no index
+                    wi = prepare_window_index(idx.table)
         except (TraceError, OSError, SpillFailed) as exc:
             if isinstance(exc, BudgetBusy):
                 idx.window_index_asked = False  # memory held by requests now: the next plan asks again

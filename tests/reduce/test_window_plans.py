@@ -312,3 +312,40 @@ def test_a_window_index_left_unmade_by_a_busy_budget_is_asked_again_by_the_next_
     service.reduction("run", host, 3, None, None)  # the next plan
     service.wait_saved()
     assert len(calls) == 2 and service.on_index(tf, lambda i: reduction.window_index(i.table) is not None)
+
+
+def test_a_disk_that_fails_the_window_index_files_leaves_it_unmade_not_held_in_memory(tmp_path, monkeypatch) -> None:
+    """Its charge counts its rows as files; a full or read-only disk must not turn them into
+    memory nobody charged (`mapped.spill_or_fail`): no index, nothing fails, zooms as before.
+    Elsewhere a failing disk still means memory, as it always did."""
+    import errno
+
+    from tb_reduce_plugin import mapped
+    from tb_reduce_plugin.serve.service import TraceService
+
+    logs, host = _logdir(tmp_path)
+    service = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
+    service.reduction("run", host, 2, None, None)  # parsed and planned with a working disk
+    service.wait_saved()
+    tf = service.trace_file("run", host)
+    service.on_index(tf, lambda i: setattr(i.prepared, "window_index", None) or setattr(i, "window_index_asked", False))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_files(*args, **kwargs):
+        raise mapped.SpillFailed("the window index could not be written: No space left on device")
+
+    monkeypatch.setattr(mapped.ColumnFiles, "__init__", full_files)
+    monkeypatch.setattr(mapped.os, "posix_fallocate", full)
+    monkeypatch.setattr(mapped.np.lib.format, "write_array", full)
+    lo, hi = service.on_index(tf, lambda i: default_window(i.table))
+    service.reduction("run", host, 3, lo + 0.1 * (hi - lo), lo + 0.2 * (hi - lo))  # asks again, in the background
+    service.wait_saved()
+    assert service.on_index(tf, lambda i: i.prepared.window_index is None and i.window_index_asked)
+    with mapped.spill_or_fail():
+        with pytest.raises(mapped.SpillFailed):
+            with mapped.scratch_array(str(tmp_path), "x", 1 << 20, np.int64):
+                pass
+    with mapped.scratch_array(str(tmp_path), "x", 1 << 20, np.int64) as a:  # outside: memory, as before
+        assert len(a) == 1 << 20
