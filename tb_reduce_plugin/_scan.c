@@ -1322,10 +1322,102 @@ done:
     return result;
 }
 
+/* ---- XSpace: the fields of one message, without upb's tree ------------------------ */
+
+PyDoc_STRVAR(pb_fields_doc,
+"pb_fields(buf, start, end, number, mask, at, stop) -> int\n\n"
+"Walks the protobuf message buf[start:end] field by field. number > 0: the fields\n"
+"`number` of wire type 2 (a line's events), each as its value's [at, stop); number 0:\n"
+"the fields whose number is below 64 with its bit set in `mask`, each as [its tag, its\n"
+"end) (what upb is given to parse of the rest). `at`, `stop`: int64 arrays to fill, or\n"
+"None to count only. Returns the count, or -1 when the message is not plainly well\n"
+"formed (a bad varint, a field past the end, a group, a field number upb refuses) or\n"
+"the arrays are too small: the caller then lets upb read it (the pure path), whose\n"
+"verdict and results stand.");
+
+static PyObject *pb_fields(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer b, ba = {0}, bs = {0};
+    Py_ssize_t start, end;
+    long long number;
+    unsigned long long mask;
+    PyObject *oa, *os;
+    if (!PyArg_ParseTuple(args, "y*nnLKOO", &b, &start, &end, &number, &mask, &oa, &os)) return NULL;
+    int fill = oa != Py_None && os != Py_None;
+    Py_ssize_t cap = 0;
+    if (fill) {
+        if (PyObject_GetBuffer(oa, &ba, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto fail;
+        if (PyObject_GetBuffer(os, &bs, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto fail;
+        if (ba.itemsize != 8 || bs.itemsize != 8 || !ba.format || !bs.format ||
+            (strcmp(ba.format, "q") && strcmp(ba.format, "l")) || (strcmp(bs.format, "q") && strcmp(bs.format, "l"))) {
+            PyErr_SetString(PyExc_TypeError, "pb_fields: at and stop must be int64 arrays");
+            goto fail;
+        }
+        cap = ba.len / 8 < bs.len / 8 ? ba.len / 8 : bs.len / 8;
+    }
+    if (start < 0 || end < start || end > b.len) {
+        PyErr_SetString(PyExc_ValueError, "pb_fields: [start, end) outside the buffer");
+        goto fail;
+    }
+    const uint8_t *base = b.buf, *p = base + start, *stop_at = base + end;
+    int64_t *at = fill ? ba.buf : NULL, *st = fill ? bs.buf : NULL;
+    Py_ssize_t k = 0;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < stop_at) {
+        const uint8_t *field = p;
+        uint64_t tag, len;
+        if (read_varint(&p, stop_at, &tag) < 0 || tag > 0xFFFFFFFFULL || (tag >> 3) == 0 ||
+            (tag >> 3) > 536870911ULL) {
+            bad = 1;
+            break;
+        }
+        unsigned wt = (unsigned)(tag & 7);
+        uint64_t fn = tag >> 3;
+        int hit = number > 0 ? ((long long)fn == number && wt == 2) : (fn < 64 && ((mask >> fn) & 1));
+        const uint8_t *value = p;
+        if (wt == 2) {
+            if (read_varint(&p, stop_at, &len) < 0 || len > (uint64_t)(stop_at - p)) {
+                bad = 1;
+                break;
+            }
+            value = p;
+            p += len;
+        } else if (skip_field(&p, stop_at, wt) < 0) {
+            bad = 1;
+            break;
+        }
+        if (hit) {
+            if (fill) {
+                if (k >= cap) {
+                    bad = 1;
+                    break;
+                }
+                at[k] = (number > 0 ? value : field) - base;
+                st[k] = p - base;
+            }
+            k++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    if (fill) {
+        PyBuffer_Release(&ba);
+        PyBuffer_Release(&bs);
+    }
+    return PyLong_FromSsize_t(bad ? -1 : k);
+fail:
+    PyBuffer_Release(&b);
+    if (ba.obj) PyBuffer_Release(&ba);
+    if (bs.obj) PyBuffer_Release(&bs);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
+    {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {NULL, NULL, 0, NULL},
 };

@@ -38,6 +38,20 @@ def map_array(path: str) -> np.ndarray:
     return a
 
 
+def map_bytes(path: str) -> np.ndarray:
+    """The raw file at `path` as read-only uint8, mapped and guarded like `map_array`'s
+    columns (its `.base` is the mapping itself: sliced as bytes, searched, given to upb)."""
+    a = np.memmap(path, dtype=np.uint8, mode="r")
+    st = os.stat(path)
+    a.file_identity = (st.st_dev, st.st_ino)
+    guard = guard_module()
+    if guard is not None and a.nbytes:
+        slot = guard.guard(a.ctypes.data, a.nbytes)
+        if slot >= 0:
+            weakref.finalize(a, guard.unguard, slot)
+    return a
+
+
 # Arrays smaller than this stay in memory: a map costs a file and a page at least.
 SPILL_AT_LEAST = 1 << 16
 
@@ -185,6 +199,19 @@ class ColumnFiles:
             for key, values in block.items():
                 np.ascontiguousarray(values, dtype=self._dtypes[key]).tofile(self._files[key])
         except OSError as exc:  # a full or failing disk: the caller reads again without spilling
+            self.close()
+            raise SpillFailed(f"{self.what} could not be written to {self.folder}: {exc.strerror or exc}") from None
+
+    def rewrite(self, key: str, row: int, values: np.ndarray) -> None:
+        """Write `values` again over column `key` from `row` on (rows written already)."""
+        f = self._files[key]
+        dtype = np.dtype(self._dtypes[key])
+        try:
+            end = f.tell()
+            f.seek(_NPY_HEADER + row * dtype.itemsize)
+            np.ascontiguousarray(values, dtype=dtype).tofile(f)
+            f.seek(end)
+        except OSError as exc:
             self.close()
             raise SpillFailed(f"{self.what} could not be written to {self.folder}: {exc.strerror or exc}") from None
 

@@ -29,18 +29,26 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
 from ..errors import TraceError
-from ..model import NAN, PH_C, PH_M, PH_X, ArgsPolicy, EventTable, Interner, step_number
+from ..mapped import ColumnFiles, SpillFailed, map_bytes
+from ..model import NAN, PH_C, PH_M, PH_X, SPILL_DTYPES, SPILL_FILES, ArgsPolicy, EventTable, Interner, step_number
 from ..native import scanner_module
 from . import Parsed, ReadOptions, xspace_shape
 from .sources import TraceStream
-from .xspace_schema import XEventScalarsView, XEventView, XLineView, XSpaceIndexView
+from .xspace_schema import (
+    XEventScalarsView,
+    XEventView,
+    XLineIndexView,
+    XLineView,
+    XPlaneIndexView,
+    XSpaceIndexView,
+)
 
 COUNTERS_LINE = "_counters_"
 HOST_PID = 701
@@ -198,35 +206,6 @@ def _scalars_by_upb(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, live:
         rows[1, k], rows[2, k], rows[3, k] = ev.metadata_id, ev.offset_ps, ev.duration_ps
 
 
-def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """`decode_event_columns` for many lines, in chunks of events decoded on threads.
-
-    Events are independent and numpy releases the GIL in the calls that do the
-    work, so chunks run in parallel whatever the layout (one huge line or many).
-    """
-    tasks = [(k, lo) for k, (_, starts, _) in enumerate(lines) for lo in range(0, len(starts), _CHUNK)]
-
-    def run(task: tuple[int, int]) -> dict[str, np.ndarray]:
-        k, lo = task
-        buf, starts, ends = lines[k]
-        return decode_event_columns(buf, starts[lo:lo + _CHUNK], ends[lo:lo + _CHUNK])
-
-    workers = min(_THREADS, len(tasks))
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(run, tasks))
-    else:
-        parts = [run(t) for t in tasks]
-    out: list[dict[str, np.ndarray]] = []
-    for k in range(len(lines)):
-        mine = [parts[i] for i, t in enumerate(tasks) if t[0] == k]
-        if not mine:
-            out.append({name: np.zeros(0, dtype=np.int64) for name in EVENT_FIELDS.values()})
-        else:
-            out.append({name: np.concatenate([m[name] for m in mine]) for name in EVENT_FIELDS.values()})
-    return out
-
-
 # ---------------------------------------------------------------- stats
 
 
@@ -313,6 +292,9 @@ class XSpaceTrace:
     lines: list[_Line]
     line_first: np.ndarray
     extra: dict = field(default_factory=dict)
+    # The file's bytes and the events' positions (mapped from a spill folder, when the
+    # parse had one: `TraceIndex.arrays` has `mapped.shrunk` check them like columns).
+    arrays: list = field(default_factory=list, repr=False)
     _name_json: dict = field(default_factory=dict, repr=False)  # name id -> its JSON, made once
     _formats: dict = field(default_factory=dict, repr=False)  # id(plane) -> its `_PlaneFormat`
     _text_json: dict = field(default_factory=dict, repr=False)  # short str stat bytes -> JSON (bounded)
@@ -851,34 +833,127 @@ def _timestamps(base_ns: int, offset_ps: np.ndarray) -> np.ndarray:
     return (q + whole_us).astype(np.float64) + r.astype(np.float64) / 1e6
 
 
-class _Columns:
-    def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ph", "ts", "dur", "track", "name")}
+class _Sink:
+    """The event table's columns as they are made, line by line: written to `.npy` files of
+    the parse's spill folder and mapped at the end (`mapped.ColumnFiles`), so the parse
+    holds a chunk of them, not the table; or, without a folder, kept in memory."""
+
+    _FILES = {**SPILL_FILES}
+
+    def __init__(self, spill_dir: Optional[str]) -> None:
+        self.files = ColumnFiles(spill_dir, self._FILES, SPILL_DTYPES, "the XSpace's event table") \
+            if spill_dir is not None else None
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in self._FILES}
+        self.n = 0
 
     def add(self, ph: np.ndarray, ts: np.ndarray, dur: np.ndarray, track: np.ndarray, name: np.ndarray) -> None:
-        for key, arr in zip(("ph", "ts", "dur", "track", "name"), (ph, ts, dur, track, name)):
-            self.parts[key].append(arr)
+        n = len(ph)
+        block = {"ph": ph, "ts": ts, "dur": dur, "track": track, "name": name,
+                 "flow_key": np.full(n, -1, dtype=np.int32), "bind": np.zeros(n, dtype=bool),
+                 "scope": np.zeros(n, dtype=np.uint8), "cat": np.zeros(n, dtype=np.int32)}
+        if self.files is not None:
+            self.files.append(block)
+        else:
+            for key, values in block.items():
+                self.parts[key].append(np.asarray(values, dtype=SPILL_DTYPES[key]))
+        self.n += n
 
-    def column(self, key: str, dtype: Any) -> np.ndarray:
-        parts = self.parts.pop(key)
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+    def set_meta(self, tracks: np.ndarray, names: np.ndarray) -> None:
+        """The track and name ids of the first rows (the metadata rows, written before the
+        ids they use were interned: see `_build`)."""
+        for key, values in (("track", tracks), ("name", names)):
+            if self.files is not None:
+                self.files.rewrite(key, 0, values)
+            else:
+                self.parts[key][0] = np.asarray(values, dtype=SPILL_DTYPES[key])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if self.files is not None:
+            return self.files.finish(self.n)
+        out = {}
+        for key in list(self.parts):
+            parts = self.parts.pop(key)
+            out[key] = np.concatenate(parts) if parts else np.zeros(0, dtype=SPILL_DTYPES[key])
+        return out
+
+    def discard(self) -> None:
+        if self.files is not None:
+            self.files.discard()
 
 
-# Memory per event while the events are located and decoded (positions, decoded fields,
-# columns and their assembly), and per counter sample kept in Python lists until built.
+# Memory while the events are decoded: per event of a chunk in flight (its decoded
+# fields and their temporaries, its columns), per event of a line (its metadata ids,
+# kept for the step markers), per event held in memory (columns, positions) when there
+# is no spill folder; and per counter sample kept in Python lists until built.
 _DECODE_BYTES_PER_EVENT = 160
+_LINE_BYTES_PER_EVENT = 8
+_HELD_BYTES_PER_EVENT = 2 * 27 + 16
 _COUNTER_BYTES = 200
+_IN_FLIGHT = _THREADS + 1  # chunks decoded ahead of the one being written
+_LINE_MASK = sum(1 << n for n in xspace_shape.LINE_HEAD)
+_POSITION_FILES = {"starts": "xspace_starts.npy", "ends": "xspace_ends.npy"}
+_POSITION_DTYPES = {"starts": np.int64, "ends": np.int64}
+DATA_FILE = "xspace.pb"  # the file's bytes in the spill folder, mapped
+_SPILL_READ = 4 << 20  # bytes read at once on their way to that file
 
 
-def read_xspace(stream: TraceStream, account: Any = None) -> XSpaceTrace:
-    """Parse a whole XSpace (protobuf cannot be streamed) into the event model.
+def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[str] = None) -> XSpaceTrace:
+    """Read an XSpace into the event model, walking the file's structure itself.
 
-    With an `account` (see `budget`), every step charges what it is about to hold:
-    the file's bytes as they are read, what upb will build (bounded before it builds
-    it, by `xspace_shape.scan`: the structures above the events are counted, the
-    events bounded), and the per-event work of decoding them.
+    Protobuf has no index, and upb can only parse a message whole, which for a profile
+    means a Python object per event and 2-5x the file in memory. So the file's bytes are
+    kept (with `spill_dir`: written to a file there and mapped, file-backed pages the
+    kernel can take back; else in memory), `xspace_shape.scan` walks them down to the
+    lines, upb parses only what lies above the events (planes' metadata and stats, each
+    line's own fields), and each line's events are found in place (`_line_events`) and
+    decoded a chunk at a time into columns that go to the spill folder as they come. What
+    is held is the metadata, a few chunks and, without a folder, the columns.
+
+    With an `account` (see `budget`), every step charges what it is about to hold.
     """
     charges = _Charges(account)
+    base = os.path.basename(stream.path)
+    data, buf = _file_bytes(stream, charges, spill_dir)
+    try:
+        shape = xspace_shape.scan(data, len(data) - _PAD)
+    except TraceError as exc:
+        reason = str(exc)
+        if reason.startswith(xspace_shape.CORRUPT):  # the words upb's own refusal gets below
+            raise TraceError(f"not a valid XSpace: {base}: {reason[len(xspace_shape.CORRUPT):]}") from None
+        raise TraceError(f"{base}: {reason}") from None
+    heads = shape.head_bytes()
+    charges.hold(heads, "parsing the XSpace")
+    file = _File(data, buf)
+    gathered = _gather(shape, file, base, charges, spill_dir)
+    trace = _build(gathered, base, charges, spill_dir)
+    charges.give(heads)
+    return trace
+
+
+def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]) -> tuple[Any, Optional[np.ndarray]]:
+    """The file's bytes with `_PAD` zeros after them, and a guarded array over them when
+    they are mapped: written block by block into `spill_dir` and mapped from there, or
+    (without a folder) joined in memory. `SpillFailed` when the folder cannot take them."""
+    if spill_dir is not None:
+        path = os.path.join(spill_dir, DATA_FILE)
+        try:
+            os.makedirs(spill_dir, exist_ok=True)
+            with open(path, "xb") as f:
+                while True:
+                    block = stream.read(_SPILL_READ)
+                    if not block:
+                        break
+                    charges.hold(len(block), "reading the XSpace")
+                    try:
+                        f.write(block)
+                    finally:
+                        charges.give(len(block))
+                    del block
+                f.write(bytes(_PAD))
+        except OSError as exc:
+            raise SpillFailed(f"the XSpace could not be written to {spill_dir}: {exc.strerror or exc}") from None
+        buf = map_bytes(path)
+        return buf.base, buf  # the mapping itself: sliced as bytes, searched, handed to upb
     chunks, total = [], 0
     while True:
         block = stream.read()
@@ -892,27 +967,322 @@ def read_xspace(stream: TraceStream, account: Any = None) -> XSpaceTrace:
     data = b"".join(chunks)
     del chunks
     charges.give(total)
-    base = os.path.basename(stream.path)
+    return data, None
+
+
+def _parse(cls: Any, data: Any, spans: Iterable[tuple[int, int]], base: str, what: str) -> Any:
+    """upb's parse of the fields at `spans` of `data`, joined (a message's fields but its
+    bulk: what upb would have read of them in the whole message)."""
+    text = b"".join([data[a:b] for a, b in spans])
     try:
-        shape = xspace_shape.scan(data, len(data) - _PAD)
-    except TraceError as exc:
-        reason = str(exc)
-        if reason.startswith(xspace_shape.CORRUPT):  # the words upb's own refusal gets below
-            raise TraceError(f"not a valid XSpace: {base}: {reason[len(xspace_shape.CORRUPT):]}") from None
-        raise TraceError(f"{base}: {reason}") from None
-    parse = shape.parse_bytes()
-    charges.hold(parse, "parsing the XSpace")
-    try:
-        space = XSpaceIndexView.FromString(memoryview(data)[:-_PAD])
+        return cls.FromString(text)
     except DecodeError as exc:
-        raise TraceError(f"not a valid XSpace: {base}: {exc}") from None
-    events = sum(len(line.events) for plane in space.planes for line in plane.lines)
-    charges.hold(_DECODE_BYTES_PER_EVENT * events, "decoding its events")
-    file = _File(data)
-    gathered = _gather(space, file)
-    del space  # upb's copy of every event: freed before the decoding allocates
-    charges.give(parse)
-    return _build(gathered, base, charges)
+        raise _invalid(base, what, exc) from None
+
+
+def _invalid(base: str, what: str, exc: DecodeError) -> TraceError:
+    """upb's refusal of a part of the file, said of that part (upb names the message type)."""
+    reason = str(exc).rsplit("': ", 1)[-1] if "': " in str(exc) else "it does not parse"
+    return TraceError(f"not a valid XSpace: {base}: {what} is malformed ({reason})")
+
+
+def _line_events(file: _File, start: int, end: int, at_most: int, base: str,
+                 charges: _Charges) -> tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray]:
+    """One line: (its own fields parsed, the bytes its events lie in, their starts and
+    ends there, those bytes as uint8).
+
+    Natively (`_scan.pb_fields`) its fields are walked in place and upb parses only the
+    line's own; else, or when the walk leaves the line to upb, upb parses the line whole
+    (events as bytes, bounded by the line: charged) and they are found in the file
+    (`_File.payloads`). Both give the same events from the same bytes.
+    """
+    data = file.data
+    module = scanner_module()
+    if module is not None:
+        n = module.pb_fields(data, start, end, 4, 0, None, None)
+        if n >= 0:
+            starts, ends = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            m = module.pb_fields(data, start, end, 0, _LINE_MASK, None, None)
+            at, stop = np.empty(max(m, 0), dtype=np.int64), np.empty(max(m, 0), dtype=np.int64)
+            if (module.pb_fields(data, start, end, 4, 0, starts, ends) == n and m >= 0
+                    and module.pb_fields(data, start, end, 0, _LINE_MASK, at, stop) == m):
+                line = _parse(XLineIndexView, data, zip(at.tolist(), stop.tolist()), base, "a line")
+                return line, data, starts, ends, file.buf
+    cost = xspace_shape.EVENT_BYTES * at_most + (end - start) + xspace_shape.MESSAGE_BYTES
+    charges.hold(cost, "parsing a line of the XSpace")
+    try:
+        try:
+            line = XLineIndexView.FromString(memoryview(data)[start:end])
+        except DecodeError as exc:
+            raise _invalid(base, "a line", exc) from None
+        if not len(line.events):
+            empty = np.zeros(0, dtype=np.int64)
+            return line, data, empty, empty, file.buf
+        file.cursor = start
+        blob, starts, ends, buf = file.payloads(line.events)
+        line.ClearField("events")
+        return line, blob, starts, ends, buf
+    finally:
+        charges.give(cost)
+
+
+@dataclass
+class _Gathered:
+    """What the conversion needs from above the events, as plain values."""
+
+    names: Interner
+    meta_json: list[bytes]
+    meta_rows: list[tuple[tuple, str]]
+    # per line with events: (timestamp_ns, plane, pid, tid, counter?, plane's metadata ids, their name ids)
+    lines: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]]
+    # per line with events: (the bytes its events lie in, those bytes as uint8, its rows in `positions`)
+    located: list[tuple[Any, np.ndarray, int, int]]
+    positions: dict[str, np.ndarray]  # every line's events' starts and ends, line after line
+    file_buf: np.ndarray  # the file's bytes (mapped, when they were written to a spill folder)
+    space_info: dict
+    planes: int
+    process_names: dict = field(default_factory=dict)  # pid -> plane name
+    thread_names: dict = field(default_factory=dict)  # (pid, tid) -> line name
+
+
+class _Positions:
+    """Each line's events' starts and ends, appended line by line: to files of the spill
+    folder (mapped once all are in), or held in memory (charged)."""
+
+    def __init__(self, spill_dir: Optional[str], charges: _Charges) -> None:
+        self.files = ColumnFiles(spill_dir, _POSITION_FILES, _POSITION_DTYPES, "the XSpace's event positions") \
+            if spill_dir is not None else None
+        self.parts: dict[str, list[np.ndarray]] = {"starts": [], "ends": []}
+        self.charges = charges
+        self.n = 0
+
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int]:
+        if self.files is not None:
+            self.files.append({"starts": starts, "ends": ends})
+        else:
+            self.charges.hold(16 * len(starts), "the positions of the XSpace's events")
+            self.parts["starts"].append(starts)
+            self.parts["ends"].append(ends)
+        first = self.n
+        self.n += len(starts)
+        return first, self.n
+
+    def finish(self) -> dict[str, np.ndarray]:
+        if self.files is not None:
+            return self.files.finish(self.n)
+        return {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in self.parts.items()}
+
+
+def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges,
+            spill_dir: Optional[str]) -> _Gathered:
+    data = file.data
+    names = Interner()
+    meta_json: list[bytes] = []
+    meta_rows: list[tuple[tuple, str]] = []
+    planes_info: list[dict] = []
+    space = _parse(XSpaceIndexView, data, shape.top_heads, base, "its list of hosts, errors or warnings")
+    planes = [_parse(XPlaneIndexView, data, ps.heads, base, "a plane's metadata or stats") for ps in shape.plane_shapes]
+    plane_names = [as_text(p.name) for p in planes]
+    pids = _plane_pids(plane_names, [p.id for p in planes])
+    pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
+    process_names: dict[int, str] = {}
+    thread_names: dict[tuple[int, int], str] = {}
+    located: list[tuple[Any, np.ndarray, int, int]] = []
+    positions = _Positions(spill_dir, charges)
+    for plane, ps, plane_name, pid in zip(planes, shape.plane_shapes, plane_names, pids):
+        stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
+        info: dict[str, Any] = {"name": plane_name, "id": plane.id}
+        pstats = stats_dict(plane.stats, stat_names)
+        if pstats:
+            info["stats"] = pstats
+        planes_info.append(info)
+        pl: Optional[_Plane] = None
+        rank = 0
+        used_tids: set[int] = set()
+        for start, end, at_most in ps.lines:
+            ln, blob, starts, ends, buf = _line_events(file, start, end, at_most, base, charges)
+            if not len(starts):
+                continue
+            if pl is None:  # the plane's first line with events: the plane is a process
+                info["pid"] = pid
+                pl, pl_ids, pl_names = _plane_of(plane, plane_name, pid, stat_names, names)
+                meta_rows.append(((pid, None), "process_name"))
+                meta_json.append(_meta("process_name", pid, None, {"name": plane_name}))
+                process_names[pid] = plane_name
+                meta_rows.append(((pid, None), "process_sort_index"))
+                meta_json.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
+            tid = (ln.display_id or ln.id) & 0xFFFFFFFF
+            while tid in used_tids:
+                tid = (tid + 1) & 0xFFFFFFFF
+            used_tids.add(tid)
+            counter = ln.name == COUNTERS_LINE.encode()
+            if not counter:
+                meta_rows.append(((pid, tid), "thread_name"))
+                thread_names[(pid, tid)] = as_text(ln.display_name or ln.name)
+                meta_json.append(_meta("thread_name", pid, tid, {"name": thread_names[(pid, tid)]}))
+                meta_rows.append(((pid, tid), "thread_sort_index"))
+                meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
+            rank += 1
+            pending.append((ln.timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names))
+            a, b = positions.add(starts, ends)
+            located.append((blob, buf, a, b))
+    return _Gathered(names, meta_json, meta_rows, pending, located, positions.finish(), file.buf,
+                     _space_info(space, planes_info), len(planes), process_names, thread_names)
+
+
+def _plane_of(plane: Any, plane_name: str, pid: int, stat_names: dict[int, str],
+              names: Interner) -> tuple[_Plane, np.ndarray, np.ndarray]:
+    """A plane with events: its metadata's names (interned, in id order) and args."""
+    md_args: dict[int, dict] = {}
+    md_ids, md_names = [], []
+    for mid, md in plane.event_metadata.items():
+        md_ids.append(mid)
+        name, display = as_text(md.name), as_text(md.display_name)
+        md_names.append(display or name)
+        args: dict[str, Any] = {}
+        if md.display_name and md.name and md.display_name != md.name:  # the bytes differ
+            args["long_name"] = name
+        stats_dict(md.stats, stat_names, args)
+        if args:
+            md_args[mid] = args
+    pl = _Plane(plane_name, pid, stat_names, md_args)
+    order = np.argsort(np.asarray(md_ids, dtype=np.int64), kind="stable")
+    pl_ids = np.asarray(md_ids, dtype=np.int64)[order]
+    pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
+    return pl, pl_ids, pl_names
+
+
+def _decoded(pool: Optional[ThreadPoolExecutor], buf: np.ndarray, starts: np.ndarray,
+             ends: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
+    """`decode_event_columns` of a line's events, a chunk at a time, in order, with at
+    most `_IN_FLIGHT` chunks decoded ahead on the pool's threads (numpy releases the
+    GIL in the calls that do the work)."""
+    bounds = [(lo, min(lo + _CHUNK, len(starts))) for lo in range(0, len(starts), _CHUNK)]
+
+    def run(lo: int, hi: int) -> dict[str, np.ndarray]:
+        return decode_event_columns(buf, np.asarray(starts[lo:hi]), np.asarray(ends[lo:hi]))
+
+    if pool is None or len(bounds) < 2:
+        for lo, hi in bounds:
+            yield run(lo, hi)
+        return
+    ahead: list[Any] = []
+    for lo, hi in bounds:
+        ahead.append(pool.submit(run, lo, hi))
+        if len(ahead) >= _IN_FLIGHT:
+            yield ahead.pop(0).result()
+    for f in ahead:
+        yield f.result()
+
+
+def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str]) -> XSpaceTrace:
+    names, meta_json, meta_rows = g.names, g.meta_json, g.meta_rows
+    tracks = Interner()
+    # Tracks in the order the lines come (then the metadata rows'), as they always were.
+    line_tracks = tracks.ids_of([(pid, tid) for _, _, pid, tid, _, _, _ in g.lines]) if g.lines else []
+    sink = _Sink(spill_dir)
+    lines: list[_Line] = []
+    c_event: list[int] = []
+    c_series: list[tuple] = []
+    c_value: list[float] = []
+    steps: list[tuple[int, float]] = []
+    n_meta = len(meta_json)
+    # The metadata rows come first; their names are interned after the events' (an
+    # unknown metadata id's "" may come between), so they are set once all are known.
+    sink.add(np.full(n_meta, PH_M, dtype=np.uint8), np.full(n_meta, NAN), np.full(n_meta, NAN),
+             np.zeros(n_meta, dtype=np.int32), np.zeros(n_meta, dtype=np.int32))
+    unknown_name = None
+    first = n_meta
+    line_first: list[int] = []
+    payload_bytes = 0
+    total_events = int(len(g.positions["starts"]))
+    held = 0 if spill_dir is not None else _HELD_BYTES_PER_EVENT * total_events
+    longest = max((b - a for _, _, a, b in g.located), default=0)
+    chunks = max(1, min(_IN_FLIGHT + 1, -(-longest // _CHUNK)))  # decoded at once (`_decoded`), at most
+    decoding = _DECODE_BYTES_PER_EVENT * min(_CHUNK, longest) * chunks
+    charges.hold(held + decoding, "decoding its events")
+    workers = min(_THREADS, max(1, -(-longest // _CHUNK)))
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        for (timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names), (data, buf, a, b), track in zip(
+                g.lines, g.located, line_tracks):
+            starts, ends = g.positions["starts"][a:b], g.positions["ends"][a:b]
+            n = b - a
+            line = _Line(first, pl, pid, tid, counter, data, starts, ends)
+            charges.hold(_LINE_BYTES_PER_EVENT * n, "the metadata ids of a line")
+            mids_parts = []
+            done = 0
+            for ev in _decoded(pool, buf, starts, ends):
+                k = len(ev["metadata_id"])
+                payload_bytes += int((np.asarray(ends[done:done + k]) - np.asarray(starts[done:done + k])).sum())
+                mids = ev["metadata_id"]
+                at = np.searchsorted(pl_ids, mids)
+                found = at < len(pl_ids)
+                found[found] = pl_ids[at[found]] == mids[found]
+                name_ids = np.empty(k, dtype=np.int32)
+                name_ids[found] = pl_names[at[found]]
+                if not found.all():
+                    if unknown_name is None:
+                        unknown_name = int(names.ids_of([""])[0])
+                    name_ids[~found] = unknown_name
+                ts = _timestamps(timestamp_ns, ev["offset_ps"])
+                dur = ev["duration_ps"].astype(np.float64) / 1e6
+                if counter:
+                    dur[:] = NAN
+                    charges.hold(_COUNTER_BYTES * k, "its counter samples")
+                    for j in range(k):
+                        for key, value in _counter_values(line, done + j):
+                            c_event.append(first + done + j)
+                            c_series.append((pid, names.values[name_ids[j]], None, key))
+                            c_value.append(value)
+                sink.add(np.full(k, PH_C if counter else PH_X, dtype=np.uint8), ts, dur,
+                         np.full(k, track, dtype=np.int32), name_ids)
+                mids_parts.append(mids.copy())  # not a view of the decoded rows: those go now
+                done += k
+                del ev, mids
+            if not counter:
+                line_mids = np.concatenate(mids_parts) if mids_parts else np.zeros(0, dtype=np.int64)
+                steps.extend(_step_markers(line, line_mids, first))
+                del line_mids
+            del mids_parts
+            charges.give(_LINE_BYTES_PER_EVENT * n)
+            lines.append(line)
+            line_first.append(first)
+            first += n
+        meta_tracks = tracks.ids_of([r[0] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
+        meta_names = names.ids_of([r[1] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
+        sink.set_meta(meta_tracks, meta_names)
+        cols = sink.columns()
+    except BaseException:
+        sink.discard()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    charges.give(decoding)
+    series = Interner()
+    total = first
+    est = 120 + 3 * payload_bytes / max(total - n_meta, 1)
+    table = EventTable(
+        ph=cols["ph"], ts=cols["ts"], dur=cols["dur"], track=cols["track"], name=cols["name"],
+        flow_key=cols["flow_key"], bind_enclosing=cols["bind"], scope=cols["scope"], cat=cols["cat"],
+        tracks=list(tracks.values),
+        names=list(names.values),
+        counter_event=np.asarray(c_event, dtype=np.int64),
+        counter_series=series.ids_of(c_series).astype(np.int64) if c_series else np.zeros(0, np.int64),
+        counter_value=np.asarray(c_value, dtype=np.float64),
+        series=list(series.values),
+        block_events=[n_meta, total - n_meta],
+        block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
+        step_event=np.asarray([e for e, _ in steps], dtype=np.int64),
+        step_value=np.asarray([v for _, v in steps], dtype=np.float64),
+        process_names=dict(g.process_names),
+        thread_names={int(tracks.ids_of([key])[0]): name for key, name in g.thread_names.items()},
+    )
+    metadata = {"displayTimeUnit": "ns", "xspace": g.space_info}
+    return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64),
+                       extra={"planes": g.planes, "lines": len(lines), "file": base},
+                       arrays=[g.file_buf, g.positions["starts"], g.positions["ends"]])
 
 
 class _Charges:
@@ -933,9 +1303,9 @@ class _Charges:
 class _File:
     """The file's bytes (with `_PAD` zeros after them), and where the reader is in them."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.buf = np.frombuffer(data, dtype=np.uint8)
+    def __init__(self, data: Any, buf: Optional[np.ndarray] = None) -> None:
+        self.data = data  # bytes, or the mapping of the file's copy (sliced as bytes)
+        self.buf = np.frombuffer(data, dtype=np.uint8) if buf is None else buf
         self.words = _windows(self.buf)
         self.cursor = 0
 
@@ -987,172 +1357,6 @@ def _varint_bytes(v: int) -> bytes:
         v >>= 7
     out.append(v)
     return bytes(out)
-
-
-@dataclass
-class _Gathered:
-    """What the conversion needs from upb's parse, as plain values (so it can be freed)."""
-
-    names: Interner
-    meta_json: list[bytes]
-    meta_rows: list[tuple[tuple, str]]
-    # per line with events: (timestamp_ns, plane, pid, tid, counter?, plane's metadata ids, their name ids)
-    lines: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]]
-    located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]
-    space_info: dict
-    planes: int
-    process_names: dict = field(default_factory=dict)  # pid -> plane name
-    thread_names: dict = field(default_factory=dict)  # (pid, tid) -> line name
-
-
-def _gather(space: Any, file: _File) -> _Gathered:
-    names = Interner()
-    meta_json: list[bytes] = []
-    meta_rows: list[tuple[tuple, str]] = []
-    planes_info: list[dict] = []
-    planes = list(space.planes)
-    plane_names = [as_text(p.name) for p in planes]
-    pids = _plane_pids(plane_names, [p.id for p in planes])
-    pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
-    process_names: dict[int, str] = {}
-    thread_names: dict[tuple[int, int], str] = {}
-    located: list[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]] = []
-    for plane, plane_name, pid in zip(planes, plane_names, pids):
-        stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
-        info: dict[str, Any] = {"name": plane_name, "id": plane.id}
-        pstats = stats_dict(plane.stats, stat_names)
-        if pstats:
-            info["stats"] = pstats
-        full = [ln for ln in plane.lines if len(ln.events)]
-        if full:
-            info["pid"] = pid
-        planes_info.append(info)
-        if not full:
-            continue
-        md_args: dict[int, dict] = {}
-        md_ids, md_names = [], []
-        for mid, md in plane.event_metadata.items():
-            md_ids.append(mid)
-            name, display = as_text(md.name), as_text(md.display_name)
-            md_names.append(display or name)
-            args: dict[str, Any] = {}
-            if md.display_name and md.name and md.display_name != md.name:  # the bytes differ
-                args["long_name"] = name
-            stats_dict(md.stats, stat_names, args)
-            if args:
-                md_args[mid] = args
-        pl = _Plane(plane_name, pid, stat_names, md_args)
-        order = np.argsort(np.asarray(md_ids, dtype=np.int64), kind="stable")
-        pl_ids = np.asarray(md_ids, dtype=np.int64)[order]
-        pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
-        meta_rows.append(((pid, None), "process_name"))
-        meta_json.append(_meta("process_name", pid, None, {"name": plane_name}))
-        process_names[pid] = plane_name
-        meta_rows.append(((pid, None), "process_sort_index"))
-        meta_json.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
-        used_tids: set[int] = set()
-        for rank, ln in enumerate(full):
-            tid = (ln.display_id or ln.id) & 0xFFFFFFFF
-            while tid in used_tids:
-                tid = (tid + 1) & 0xFFFFFFFF
-            used_tids.add(tid)
-            counter = ln.name == COUNTERS_LINE.encode()
-            if not counter:
-                meta_rows.append(((pid, tid), "thread_name"))
-                thread_names[(pid, tid)] = as_text(ln.display_name or ln.name)
-                meta_json.append(_meta("thread_name", pid, tid, {"name": thread_names[(pid, tid)]}))
-                meta_rows.append(((pid, tid), "thread_sort_index"))
-                meta_json.append(_meta("thread_sort_index", pid, tid, {"sort_index": rank + 1}))
-            pending.append((ln.timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names))
-            located.append(file.payloads(ln.events))
-    return _Gathered(names, meta_json, meta_rows, pending, located, _space_info(space, planes_info), len(planes),
-                     process_names, thread_names)
-
-
-def _build(g: _Gathered, base: str, charges: Optional[_Charges] = None) -> XSpaceTrace:
-    names, meta_json, meta_rows = g.names, g.meta_json, g.meta_rows
-    tracks = Interner()
-    cols = _Columns()
-    lines: list[_Line] = []
-    c_event: list[int] = []
-    c_series: list[tuple] = []
-    c_value: list[float] = []
-    steps: list[tuple[int, float]] = []
-    n_meta = len(meta_json)
-    unknown_name = None
-    first = n_meta
-    line_first: list[int] = []
-    payload_bytes = 0
-    decoded = decode_lines([(buf, starts, ends) for _, starts, ends, buf in g.located])
-    for (timestamp_ns, pl, pid, tid, counter, pl_ids, pl_names), (data, starts, ends, _), ev in zip(
-            g.lines, g.located, decoded):
-        n = len(starts)
-        payload_bytes += int((ends - starts).sum())
-        mids = ev["metadata_id"]
-        at = np.searchsorted(pl_ids, mids)
-        found = at < len(pl_ids)
-        found[found] = pl_ids[at[found]] == mids[found]
-        name_ids = np.empty(n, dtype=np.int32)
-        name_ids[found] = pl_names[at[found]]
-        if not found.all():
-            if unknown_name is None:
-                unknown_name = int(names.ids_of([""])[0])
-            name_ids[~found] = unknown_name
-        track = int(tracks.ids_of([(pid, tid)])[0])
-        ts = _timestamps(timestamp_ns, ev["offset_ps"])
-        dur = ev["duration_ps"].astype(np.float64) / 1e6
-        line = _Line(first, pl, pid, tid, counter, data, starts, ends)
-        if counter:
-            dur[:] = NAN
-            if charges is not None:
-                charges.hold(_COUNTER_BYTES * n, "its counter samples")
-            for k in range(n):
-                for key, value in _counter_values(line, k):
-                    c_event.append(first + k)
-                    c_series.append((pid, names.values[name_ids[k]], None, key))
-                    c_value.append(value)
-        else:
-            steps.extend(_step_markers(line, mids, first))
-        cols.add(np.full(n, PH_C if counter else PH_X, dtype=np.uint8), ts, dur,
-                 np.full(n, track, dtype=np.int32), name_ids)
-        lines.append(line)
-        line_first.append(first)
-        first += n
-    meta_tracks = tracks.ids_of([r[0] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
-    meta_names = names.ids_of([r[1] for r in meta_rows]) if meta_rows else np.zeros(0, np.int32)
-    cols.parts["ph"].insert(0, np.full(n_meta, PH_M, dtype=np.uint8))
-    cols.parts["ts"].insert(0, np.full(n_meta, NAN))
-    cols.parts["dur"].insert(0, np.full(n_meta, NAN))
-    cols.parts["track"].insert(0, meta_tracks.astype(np.int32))
-    cols.parts["name"].insert(0, meta_names.astype(np.int32))
-    series = Interner()
-    total = first
-    est = 120 + 3 * payload_bytes / max(total - n_meta, 1)
-    table = EventTable(
-        ph=cols.column("ph", np.uint8),
-        ts=cols.column("ts", np.float64),
-        dur=cols.column("dur", np.float64),
-        track=cols.column("track", np.int32),
-        name=cols.column("name", np.int32),
-        flow_key=np.full(total, -1, dtype=np.int32),
-        bind_enclosing=np.zeros(total, dtype=bool),
-        scope=np.zeros(total, dtype=np.uint8),
-        tracks=list(tracks.values),
-        names=list(names.values),
-        counter_event=np.asarray(c_event, dtype=np.int64),
-        counter_series=series.ids_of(c_series).astype(np.int64) if c_series else np.zeros(0, np.int64),
-        counter_value=np.asarray(c_value, dtype=np.float64),
-        series=list(series.values),
-        block_events=[n_meta, total - n_meta],
-        block_bytes=[sum(map(len, meta_json)), int(est * (total - n_meta))],
-        step_event=np.asarray([e for e, _ in steps], dtype=np.int64),
-        step_value=np.asarray([v for _, v in steps], dtype=np.float64),
-        process_names=dict(g.process_names),
-        thread_names={int(tracks.ids_of([key])[0]): name for key, name in g.thread_names.items()},
-    )
-    metadata = {"displayTimeUnit": "ns", "xspace": g.space_info}
-    return XSpaceTrace(table, metadata, meta_json, lines, np.asarray(line_first, dtype=np.int64),
-                       extra={"planes": g.planes, "lines": len(lines), "file": base})
 
 
 def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, float]]:
@@ -1298,5 +1502,5 @@ def _space_info(space: Any, planes: list[dict]) -> dict:
 
 def read_xspace_trace(stream: TraceStream, account: Any, options: ReadOptions) -> Parsed:
     """The format's reader (`formats.reader_for("xspace")`)."""
-    space = read_xspace(stream, account)
+    space = read_xspace(stream, account, options.spill_dir)
     return Parsed(table=space.table, metadata=space.metadata, truncated=False, source=space, extra=space.extra)

@@ -15,7 +15,8 @@ entries — before any of it is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import TraceError
 
@@ -23,6 +24,12 @@ from ..errors import TraceError
 # stat_metadata 5, stats 6 (id 1 and name 2 are scalars). XLine: events 4 (tag 0x22).
 _PLANES, _LINES, _EVENT_MD, _STAT_MD, _PLANE_STATS = 1, 3, 4, 5, 6
 _EVENT_TAG = b"\x22"
+# The fields upb reads above the events, each with the wire type it reads it as (another
+# is an unknown field to upb, read as nothing): XSpace's text lists; XPlane's id, name,
+# metadata maps and stats; XLine's (`xspace.py` finds its events itself).
+TOP_HEAD = {2: 2, 3: 2, 4: 2}
+PLANE_HEAD = {1: 0, 2: 2, 4: 2, 5: 2, 6: 2}
+LINE_HEAD = {1: 0, 2: 2, 3: 0, 9: 0, 10: 0, 11: 2}
 CORRUPT = "corrupt XSpace: "  # how a malformed file's messages start
 
 MAX_TOP_FIELDS = 100_000  # real profiles: a plane per device and a host name or two
@@ -38,6 +45,16 @@ NESTED_PER_BYTE = 32
 
 
 @dataclass
+class PlaneShape:
+    """Where one plane's parts are: what upb reads of it (every field but its lines, each
+    as [tag, end)) and its lines ([start, end) of each, and the bytes in it that could
+    start an event: at most its events)."""
+
+    heads: list[tuple[int, int]] = field(default_factory=list)
+    lines: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass
 class Shape:
     planes: int = 0
     lines: int = 0
@@ -48,6 +65,15 @@ class Shape:
     events_at_most: int = 0  # bytes in the lines that could start an event
     line_bytes: int = 0
     fields: int = 0
+    top_heads: list[tuple[int, int]] = field(default_factory=list)  # the XSpace's fields but planes
+    plane_shapes: list[PlaneShape] = field(default_factory=list)
+
+    def head_bytes(self) -> int:
+        """An upper bound on what upb allocates to parse everything but the lines' events
+        (the XSpace's text, each plane's metadata and stats, each line's own fields)."""
+        return (STRING_BYTES * self.strings + self.string_bytes
+                + MESSAGE_BYTES * (self.planes + self.lines)
+                + METADATA_ENTRY_BYTES * self.metadata_entries + NESTED_PER_BYTE * self.nested_bytes)
 
     def parse_bytes(self) -> int:
         """An upper bound on what upb allocates to parse the file (events read as bytes)."""
@@ -64,20 +90,22 @@ def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     value = b & 0x7F
     shift = 7
     while b & 0x80:
+        if shift >= 70:  # ten bytes read (a negative int64 takes ten), and an eleventh would follow
+            raise TraceError(f"{CORRUPT}{what} longer than 10 bytes")
         b = data[pos]
         pos += 1
         value |= (b & 0x7F) << shift
         shift += 7
-        if shift > 63:
-            raise TraceError(f"{CORRUPT}{what} longer than 10 bytes")
     return value, pos
 
 
 def _fields(data: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
-    """(field number, value start, value end) of each length-delimited field of the
-    message in data[pos:end]; other fields are skipped. Raises on a malformed message."""
+    """(field number, wire type, field start, value start, value end) of each field of the
+    message in data[pos:end] (a length-delimited one's value is its bytes). Raises on a
+    malformed message."""
     try:
         while pos < end:
+            at = pos
             key = data[pos]  # one byte for fields 1-15, which are all XSpace uses
             if key & 0x80:
                 key, pos = _varint(data, pos, "a field tag")
@@ -94,14 +122,18 @@ def _fields(data: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
                     pos += 1
                 if pos + n > end:
                     raise TraceError(f"{CORRUPT}a field runs past the end of its message")
-                yield number, pos, pos + n
+                yield number, wire, at, pos, pos + n
                 pos += n
             elif wire == 0:
+                value = pos
                 _, pos = _varint(data, pos, "a varint")
+                yield number, wire, at, value, pos
             elif wire == 1:
                 pos += 8
+                yield number, wire, at, pos - 8, pos
             elif wire == 5:
                 pos += 4
+                yield number, wire, at, pos - 4, pos
             else:
                 raise TraceError(f"{CORRUPT}field {number} has wire type {wire}, which XSpace never uses")
     except IndexError:
@@ -110,12 +142,25 @@ def _fields(data: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
         raise TraceError(f"{CORRUPT}a field runs past the end of its message")
 
 
+_COUNT_CHUNK = 1 << 22
+
+
+def _count(data: Any, byte: bytes, start: int, end: int) -> int:
+    """`data.count(byte, start, end)`, also for a mapping (which has no `count`): read
+    4 MiB at a time, so counting a line of 1 GB holds 4 MiB."""
+    if isinstance(data, bytes):
+        return data.count(byte, start, end)
+    return sum(data[a:min(a + _COUNT_CHUNK, end)].count(byte) for a in range(start, end, _COUNT_CHUNK))
+
+
 def scan(data: bytes, end: int) -> Shape:
     """Walk the XSpace in data[:end] down to its lines; bound what parsing it will take."""
     shape = Shape()
     top = 0
     planes = []
-    for number, a, b in _fields(data, 0, end):
+    for number, wire, f, a, b in _fields(data, 0, end):
+        if wire != 2:
+            continue  # unknown to upb: read as nothing
         top += 1
         if top > MAX_TOP_FIELDS:
             raise TraceError(f"not a profile: an XSpace with more than {MAX_TOP_FIELDS:,} top-level entries"
@@ -125,10 +170,18 @@ def scan(data: bytes, end: int) -> Shape:
         else:
             shape.strings += 1
             shape.string_bytes += b - a
+            if TOP_HEAD.get(number) == wire:
+                shape.top_heads.append((f, b))
     shape.planes = len(planes)
     shape.fields = top
     for a, b in planes:
-        for number, c, d in _fields(data, a, b):
+        plane = PlaneShape()
+        shape.plane_shapes.append(plane)
+        for number, wire, f, c, d in _fields(data, a, b):
+            if PLANE_HEAD.get(number) == wire:
+                plane.heads.append((f, d))
+            if wire != 2:
+                continue
             shape.fields += 1
             if shape.fields > MAX_PLANE_FIELDS:
                 raise TraceError(f"not a profile: an XSpace with more than {MAX_PLANE_FIELDS:,} lines, "
@@ -136,7 +189,9 @@ def scan(data: bytes, end: int) -> Shape:
             if number == _LINES:
                 shape.lines += 1
                 shape.line_bytes += d - c
-                shape.events_at_most += data.count(_EVENT_TAG, c, d)
+                at_most = _count(data, _EVENT_TAG, c, d)
+                shape.events_at_most += at_most
+                plane.lines.append((c, d, at_most))
             elif number in (_EVENT_MD, _STAT_MD):
                 shape.metadata_entries += 1
                 shape.nested_bytes += d - c

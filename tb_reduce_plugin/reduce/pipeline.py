@@ -7,6 +7,7 @@ cache it and pools can run it per host. `index_file` is the cacheable artefact.
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import sys
 import time
@@ -130,9 +131,10 @@ class TraceIndex:
             if positions is not None:
                 n += sum(a.nbytes for a in (positions.starts, positions.lengths) if not isinstance(a, np.memmap))
             lines = getattr(self.source, "lines", None)
-            if lines:
-                shared = {id(line.data): len(line.data) for line in lines}  # lines share the file's bytes
-                n += sum(shared.values()) + sum(line.starts.nbytes + line.ends.nbytes for line in lines)
+            if lines:  # an XSpace's: the file's bytes (which lines share) and positions, unless mapped
+                shared = {id(line.data): len(line.data) for line in lines if not isinstance(line.data, mmap.mmap)}
+                n += sum(shared.values()) + sum(a.nbytes for line in lines for a in (line.starts, line.ends)
+                                                if not isinstance(a, np.memmap))
             self._base_bytes = n
         return self._base_bytes + self.prepared.nbytes()
 
@@ -148,6 +150,7 @@ class TraceIndex:
         positions = getattr(self.source, "positions", None)
         if positions is not None:
             found += [positions.starts, positions.lengths]
+        found += getattr(self.source, "arrays", [])  # an XSpace's file bytes and event positions
         return found + self.prepared.arrays()
 
     def settle_memory(self) -> None:

@@ -4,13 +4,17 @@ and on damaged events, which it leaves to the pure path."""
 
 from __future__ import annotations
 
+import os
 import random
+import time
 
 import numpy as np
 import pytest
 from conftest import TESTS
 
 from tb_reduce_plugin import native as native_module
+from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.formats import xspace, xspace_shape
 from tb_reduce_plugin.formats.xspace import STEP_STAT, _Line, _Plane, _step_values
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tests.protobuf_wire import sfield, stat, tag
@@ -113,3 +117,104 @@ def test_an_event_with_more_stats_than_the_bound_is_left_unread_both_ways() -> N
     line = _line(events)
     a, b = _both(line, np.arange(2))
     assert a == b == [None, 5.0]
+
+
+# ---- `_scan.pb_fields`: a line's fields walked in place (`xspace._line_events`) ----------
+
+FUZZ_S = float(os.environ.get("TB_REDUCE_FUZZ_SECONDS", "3"))
+
+
+def _python_fields(data: bytes, number: int, mask: int) -> list[tuple[int, int]]:
+    """What `pb_fields` must find, by the Python walk the shape scan uses (its twin)."""
+    out = []
+    for n, wire, at, a, b in xspace_shape._fields(data, 0, len(data)):
+        if number and n == number and wire == 2:
+            out.append((a, b))
+        elif not number and n < 64 and mask >> n & 1:
+            out.append((at, b))
+    return out
+
+
+def _native_fields(module, data: bytes, number: int, mask: int):  # type: ignore[no-untyped-def]
+    n = module.pb_fields(data, 0, len(data), number, mask, None, None)
+    if n < 0:
+        return None
+    at, stop = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    assert module.pb_fields(data, 0, len(data), number, mask, at, stop) == n
+    short = np.empty(max(n - 1, 0), dtype=np.int64)
+    if n:  # arrays too small: refused, nothing written past them
+        assert module.pb_fields(data, 0, len(data), number, mask, short, short) == -1
+    return list(zip(at.tolist(), stop.tolist()))
+
+
+def _real_lines() -> list[bytes]:
+    out = []
+    for path in sorted(JAX.rglob("*.xplane.pb")) + [TESTS / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"]:
+        data = path.read_bytes()
+        shape = xspace_shape.scan(data, len(data))
+        for plane in shape.plane_shapes:
+            for a, b, _ in plane.lines[:4]:
+                ends = [e - a for *_, e in xspace_shape._fields(data, a, b)]
+                for size in (400, 3000):  # the fields that fit, whole; and cut anywhere
+                    out.append(data[a:a + max([e for e in ends if e <= size], default=0)])
+                out.append(data[a:min(b, a + 700)])
+    return out
+
+
+def test_the_native_field_walk_finds_what_the_python_walk_finds_or_leaves_the_line_to_upb() -> None:
+    module = native_module.scanner_module()
+    mask = xspace._LINE_MASK
+    rng = random.Random(int(os.environ.get("TB_REDUCE_FUZZ_SEED", "7")))
+    seeds = _real_lines() + [b"", tag(4, 2) + _varint(3) + b"abc", tag(9, 3) + tag(9, 4), _varint(1 << 40) + b"\x00",
+                             tag(1 << 29, 0) + b"\x01", b"\x80" * 11, tag(4, 2) + _varint(1 << 62)]
+    checked = walked = 0
+    ends = time.monotonic() + FUZZ_S
+    while True:
+        for data in seeds:
+            for number, m in ((4, 0), (0, mask)):
+                try:
+                    expect = _python_fields(data, number, m)
+                except TraceError:
+                    expect = None
+                got = _native_fields(module, data, number, m)
+                checked += 1
+                if got is not None:
+                    walked += 1
+                    assert got == expect, (data[:80], number)
+                # else refused: upb reads the line whole (the pure path), whose verdict stands
+        if time.monotonic() > ends:
+            break
+        seeds = [_mutate(rng, s) for s in _real_lines()]
+    assert walked > checked // 8, (walked, checked)  # many inputs are walked, not all handed to upb
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.choice((1, 1, 2, 4))):
+        if not b:
+            break
+        i = rng.randrange(len(b))
+        kind = rng.randrange(5)
+        if kind == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            b[i] = rng.choice((0x22, 0x08, 0x80, 0xFF, 0x0B, 0x0C, 0x00))
+        elif kind == 2:
+            del b[i:i + rng.randrange(1, 20)]
+        elif kind == 3:
+            b[i:i] = b[i:min(len(b), i + rng.randrange(1, 60))]
+        else:
+            del b[i:]
+    return bytes(b)
+
+
+def test_the_native_field_walk_refuses_ranges_outside_its_buffer_and_wrong_arrays() -> None:
+    module = native_module.scanner_module()
+    data = tag(4, 2) + _varint(2) + b"ab"
+    with pytest.raises(ValueError):
+        module.pb_fields(data, 0, len(data) + 1, 4, 0, None, None)
+    with pytest.raises(ValueError):
+        module.pb_fields(data, 3, 2, 4, 0, None, None)
+    with pytest.raises(TypeError):
+        module.pb_fields(data, 0, len(data), 4, 0, np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32))
+    assert module.pb_fields(data, 0, len(data), 4, 0, None, None) == 1
