@@ -244,3 +244,16 @@ def test_the_big_xspace_generator_repeats_a_real_profile_later_in_time(tmp_path:
     trace = _read(out, tmp_path / "spill")
     steps = len(_read(source, None).table.step_event)
     assert len(trace.table.step_event) == copies * steps
+
+
+def test_a_plane_whose_id_takes_ten_bytes_on_the_wire_reads(tmp_path: Path) -> None:
+    """A negative int64 is a 10-byte varint: upb reads it; the walk above the lines once
+    called it "longer than 10 bytes" and refused the file."""
+    plane = XPlane(id=-5, name="/host:CPU")
+    plane.event_metadata[2].id, plane.event_metadata[2].name = 2, "op"
+    body = plane.SerializeToString() + sfield(3, _line(HEAD, _events(3)))
+    path = tmp_path / "negative.xplane.pb"
+    path.write_bytes(sfield(1, body))
+    trace = _read(path, tmp_path / "spill")
+    assert trace.metadata["xspace"]["planes"][0]["id"] == -5
+    assert len(trace.table.ph) - len(trace.meta_json) == 3
