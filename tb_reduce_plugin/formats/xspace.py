@@ -1081,7 +1081,11 @@ def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges
     meta_rows: list[tuple[tuple, str]] = []
     planes_info: list[dict] = []
     space = _parse(XSpaceIndexView, data, shape.top_heads, base, "its list of hosts, errors or warnings")
-    planes = [_parse(XPlaneIndexView, data, ps.heads, base, "a plane's metadata or stats") for ps in shape.plane_shapes]
+    planes = []
+    for a, b in shape.plane_spans:
+        head = xspace_shape.plane_head(data, a, b)
+        planes.append(_parse(XPlaneIndexView, head, [(0, len(head))], base, "a plane's metadata or stats"))
+        del head
     plane_names = [as_text(p.name) for p in planes]
     pids = _plane_pids(plane_names, [p.id for p in planes])
     pending: list[tuple[int, _Plane, int, int, bool, np.ndarray, np.ndarray]] = []
@@ -1089,7 +1093,7 @@ def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges
     thread_names: dict[tuple[int, int], str] = {}
     located: list[tuple[Any, np.ndarray, int, int]] = []
     positions = _Positions(spill_dir, charges)
-    for plane, ps, plane_name, pid in zip(planes, shape.plane_shapes, plane_names, pids):
+    for plane, (plane_at, plane_end), plane_name, pid in zip(planes, shape.plane_spans, plane_names, pids):
         stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
         info: dict[str, Any] = {"name": plane_name, "id": plane.id}
         pstats = stats_dict(plane.stats, stat_names)
@@ -1099,7 +1103,9 @@ def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges
         pl: Optional[_Plane] = None
         rank = 0
         used_tids: set[int] = set()
-        for start, end, at_most in ps.lines:
+        for start, end, at_most in xspace_shape.plane_lines(data, plane_at, plane_end):
+            if start == end:  # an empty line: no events
+                continue
             ln, blob, starts, ends, buf = _line_events(file, start, end, at_most, base, charges)
             if not len(starts):
                 continue
@@ -1357,6 +1363,63 @@ def _varint_bytes(v: int) -> bytes:
         v >>= 7
     out.append(v)
     return bytes(out)
+
+
+# ---------------------------------------------------------------- kept in the index store
+
+# The files the index store keeps of an XSpace beside its table (linked from the parse's
+# spill folder, where they already are): the file's bytes, the events' positions.
+KEPT_FILES = (DATA_FILE, _POSITION_FILES["starts"], _POSITION_FILES["ends"])
+
+
+def kept(trace: XSpaceTrace) -> Optional[dict]:
+    """What the index store keeps of an XSpace beside its table and files, as plain values
+    (planes, lines, metadata rows); None when it cannot be kept: its file's bytes are not
+    mapped from a spill folder, or some line's events were copied out of them (the pure
+    build's unusual layouts)."""
+    if len(trace.arrays) != 3 or not all(isinstance(a, np.memmap) for a in trace.arrays):
+        return None
+    data = trace.arrays[0].base
+    if any(line.data is not data for line in trace.lines):
+        return None
+    planes: list[list] = []
+    number: dict[int, int] = {}
+    for line in trace.lines:
+        if id(line.plane) not in number:
+            p = line.plane
+            number[id(line.plane)] = len(planes)
+            planes.append([p.name, p.pid, list(p.stat_names.items()), list(p.md_args.items())])
+    return {"meta_json": list(trace.meta_json), "planes": planes,
+            "lines": [[number[id(line.plane)], line.pid, line.tid, line.counter] for line in trace.lines],
+            "line_first": trace.line_first.tolist()}
+
+
+def restore(state: dict, table: EventTable, metadata: dict, extra: dict, buf: np.ndarray, starts: np.ndarray,
+            ends: np.ndarray, check: bool) -> XSpaceTrace:
+    """The XSpace of a stored index (`kept`'s values, the mapped file and positions).
+    `check`: the files changed since they were last checked: every position is checked
+    to lie in the file's bytes (a plan and a write read through them). ValueError when
+    anything does not fit."""
+    meta_json = [bytes(b) for b in state["meta_json"]]
+    planes = [_Plane(str(name), int(pid), {int(k): str(v) for k, v in stat_names},
+                     {int(k): dict(v) for k, v in md_args}) for name, pid, stat_names, md_args in state["planes"]]
+    n_meta, total = len(meta_json), len(table)
+    first = np.asarray(state["line_first"], dtype=np.int64)
+    rows = state["lines"]
+    if (len(first) != len(rows) or len(starts) != len(ends) or len(starts) != total - n_meta
+            or (len(first) and (int(first[0]) != n_meta or np.any(np.diff(first) <= 0) or int(first[-1]) >= total))
+            or (not len(first) and total != n_meta)):
+        raise ValueError("its lines do not match its events")
+    if check and len(starts):
+        limit = len(buf) - _PAD
+        if int(starts.min()) < 0 or int(ends.max()) > limit or bool(np.any(ends < starts)):
+            raise ValueError("an event's position lies outside the file's bytes")
+    data = buf.base
+    bounds = (first - n_meta).tolist() + [total - n_meta]
+    lines = []
+    for (plane, pid, tid, counter), a, b, at in zip(rows, bounds, bounds[1:], first.tolist()):
+        lines.append(_Line(at, planes[int(plane)], int(pid), int(tid), bool(counter), data, starts[a:b], ends[a:b]))
+    return XSpaceTrace(table, metadata, meta_json, lines, first, extra=extra, arrays=[buf, starts, ends])
 
 
 def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, float]]:

@@ -16,7 +16,7 @@ entries — before any of it is built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import TraceError
 
@@ -45,16 +45,6 @@ NESTED_PER_BYTE = 32
 
 
 @dataclass
-class PlaneShape:
-    """Where one plane's parts are: what upb reads of it (every field but its lines, each
-    as [tag, end)) and its lines ([start, end) of each, and the bytes in it that could
-    start an event: at most its events)."""
-
-    heads: list[tuple[int, int]] = field(default_factory=list)
-    lines: list[tuple[int, int, int]] = field(default_factory=list)
-
-
-@dataclass
 class Shape:
     planes: int = 0
     lines: int = 0
@@ -65,8 +55,8 @@ class Shape:
     events_at_most: int = 0  # bytes in the lines that could start an event
     line_bytes: int = 0
     fields: int = 0
-    top_heads: list[tuple[int, int]] = field(default_factory=list)  # the XSpace's fields but planes
-    plane_shapes: list[PlaneShape] = field(default_factory=list)
+    top_heads: list[tuple[int, int]] = field(default_factory=list)  # the XSpace's fields but planes, [tag, end)
+    plane_spans: list[tuple[int, int]] = field(default_factory=list)  # each plane's bytes
 
     def head_bytes(self) -> int:
         """An upper bound on what upb allocates to parse everything but the lines' events
@@ -173,13 +163,10 @@ def scan(data: bytes, end: int) -> Shape:
             if TOP_HEAD.get(number) == wire:
                 shape.top_heads.append((f, b))
     shape.planes = len(planes)
+    shape.plane_spans = planes
     shape.fields = top
     for a, b in planes:
-        plane = PlaneShape()
-        shape.plane_shapes.append(plane)
-        for number, wire, f, c, d in _fields(data, a, b):
-            if PLANE_HEAD.get(number) == wire:
-                plane.heads.append((f, d))
+        for number, wire, _, c, d in _fields(data, a, b):
             if wire != 2:
                 continue
             shape.fields += 1
@@ -189,12 +176,31 @@ def scan(data: bytes, end: int) -> Shape:
             if number == _LINES:
                 shape.lines += 1
                 shape.line_bytes += d - c
-                at_most = _count(data, _EVENT_TAG, c, d)
-                shape.events_at_most += at_most
-                plane.lines.append((c, d, at_most))
+                shape.events_at_most += _count(data, _EVENT_TAG, c, d)
             elif number in (_EVENT_MD, _STAT_MD):
                 shape.metadata_entries += 1
                 shape.nested_bytes += d - c
             else:
                 shape.nested_bytes += d - c
     return shape
+
+
+# What the reader walks again, plane by plane, once `scan` has bounded the whole (nothing
+# is listed per line or per metadata entry while the bounds are not known).
+
+
+def plane_head(data: Any, start: int, end: int) -> bytes:
+    """The plane in data[start:end] without its lines: its fields that upb reads, joined."""
+    head = bytearray()
+    for number, wire, f, _, d in _fields(data, start, end):
+        if PLANE_HEAD.get(number) == wire:
+            head += data[f:d]
+    return bytes(head)
+
+
+def plane_lines(data: Any, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """Each line of the plane in data[start:end]: its bytes' [start, end) and the bytes in
+    it that could start an event (at most its events; 0: it has none)."""
+    for number, wire, _, c, d in _fields(data, start, end):
+        if number == _LINES and wire == 2:
+            yield c, d, _count(data, _EVENT_TAG, c, d)

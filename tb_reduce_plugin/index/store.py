@@ -55,8 +55,10 @@ from isal import isal_zlib
 from .. import FORMAT_VERSION, mapped
 from ..budget import Account
 from ..errors import TraceError
+from ..formats import xspace
 from ..formats.chrome_json import ChromeJsonEvents, EventPositions
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
+from ..formats.xspace import XSpaceTrace
 from ..mapped import map_array
 from ..model import EventTable, SpillFailed
 from ..reduce.pipeline import TraceIndex, index_file
@@ -293,6 +295,22 @@ class IndexStore:
         if not unchanged:  # what the files say was checked with them, when they were stamped
             _check_ids(table)
         table.prepared = self._prepared(folder, n, stamps, unchanged, table)
+        extra = dict(strings["extra"])
+        extra["stored_index"] = True
+        fmt = manifest.get("format", "chrome-json")  # indexes kept before XSpace's were all Chrome traces'
+        if fmt == "xspace":
+            if xspace.DATA_FILE not in files:
+                raise Damaged(f"{xspace.DATA_FILE} is missing from its manifest")
+            buf = mapped.map_bytes(os.path.join(folder, xspace.DATA_FILE))
+            starts, ends = (_column(folder, name[:-4], files) for name in xspace.KEPT_FILES[1:])
+            source = xspace.restore(strings["xspace"], table, strings["metadata"], extra, buf, starts, ends,
+                                    check=not unchanged)
+            return TraceIndex(path=path, format="xspace", table=table, metadata=strings["metadata"],
+                              truncated=strings["truncated"], file_bytes=strings["file_bytes"],
+                              json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
+                              identity=identity)
+        if fmt != "chrome-json":
+            raise Damaged(f"its manifest names a format of {fmt!r}")
         positions = None
         if strings["positions"] is not None:
             starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
@@ -302,8 +320,6 @@ class IndexStore:
             positions = EventPositions(starts, lengths, crc, text_bytes)
         source = ChromeJsonEvents(path, max_inflated_bytes, n, store_dir, identity=identity, max_ratio=max_ratio,
                                   block_size=strings["block_size"], positions=positions)
-        extra = dict(strings["extra"])
-        extra["stored_index"] = True
         return TraceIndex(path=path, format="chrome-json", table=table, metadata=strings["metadata"],
                           truncated=strings["truncated"], file_bytes=strings["file_bytes"],
                           json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
@@ -527,10 +543,16 @@ class IndexStore:
 
     # ---- save ----------------------------------------------------------------------
     def can_save(self, index: TraceIndex) -> bool:
-        """Whether `save` would keep `index`: a Chrome trace's, read from a known file version
-        (XSpace's events are read back through upb's tree, which is not stored yet)."""
-        return (self.usable and index.format == "chrome-json" and index.identity is not None
-                and isinstance(index.source, ChromeJsonEvents) and not index.extra.get("stored_index"))
+        """Whether `save` would keep `index`: one read from a known file version, a Chrome
+        trace's, or an XSpace's whose file bytes and event positions the parse wrote into
+        its spill folder (they are linked into the index, not written again)."""
+        if not self.usable or index.identity is None or index.extra.get("stored_index"):
+            return False
+        source = index.source
+        if index.format == "chrome-json":
+            return isinstance(source, ChromeJsonEvents)
+        return (index.format == "xspace" and isinstance(source, XSpaceTrace) and xspace.kept(source) is not None
+                and all(_spilled_file(index, a, name) is not None for a, name in zip(source.arrays, xspace.KEPT_FILES)))
 
     def save(self, index: TraceIndex) -> bool:
         """Persist `index` (a Chrome trace's, read from a local file); True once it is in
@@ -538,18 +560,25 @@ class IndexStore:
         if not self.can_save(index):
             return False
         source = index.source
-        assert isinstance(source, ChromeJsonEvents) and index.identity is not None
+        assert index.identity is not None
         t = index.table
-        positions = source.positions
         strings = {
             "names": t.names, "cats": t.cats, "tracks": t.tracks, "series": t.series,
             "block_events": list(t.block_events), "block_bytes": list(t.block_bytes),
             "process_names": list(t.process_names.items()), "thread_names": list(t.thread_names.items()),
             "metadata": index.metadata, "extra": {k: v for k, v in index.extra.items() if k != "stored_index"},
             "truncated": index.truncated, "file_bytes": index.file_bytes, "json_bytes": index.json_bytes,
-            "block_size": source.block_size,
-            "positions": None if positions is None else [positions.crc, positions.text_bytes],
         }
+        arrays = [(f"{c}.npy", getattr(t, c)) for c in COLUMNS]
+        if isinstance(source, ChromeJsonEvents):
+            positions = source.positions
+            strings["block_size"] = source.block_size
+            strings["positions"] = None if positions is None else [positions.crc, positions.text_bytes]
+            if positions is not None:
+                arrays += [("pos_starts.npy", positions.starts), ("pos_lengths.npy", positions.lengths)]
+        else:  # an XSpace: its planes, lines and metadata rows; its file bytes and positions, linked
+            strings["xspace"] = xspace.kept(source)
+            arrays += list(zip(xspace.KEPT_FILES, source.arrays))
         try:
             encoded = _encoder.encode(strings)
         except (TypeError, UnicodeEncodeError, OverflowError, msgspec.EncodeError) as exc:
@@ -561,9 +590,6 @@ class IndexStore:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)  # and the store's folder, on its first index
             files: dict[str, list[int]] = {}
-            arrays = [(f"{c}.npy", getattr(t, c)) for c in COLUMNS]
-            if positions is not None:
-                arrays += [("pos_starts.npy", positions.starts), ("pos_lengths.npy", positions.lengths)]
             for name, a in arrays:
                 spilled = _spilled_file(index, a, name)
                 if spilled is not None:  # written while it was parsed: linked, not written again
@@ -576,7 +602,7 @@ class IndexStore:
                 f.write(encoded)
             files[_STRINGS] = [len(encoded), isal_zlib.crc32(encoded)]
             manifest = {"version": INDEX_VERSION, "digest": digest, "file": os.path.basename(index.path),
-                        "events": len(t), "files": files}
+                        "format": index.format, "events": len(t), "files": files}
             with open(os.path.join(tmp, _MANIFEST), "w") as f:
                 json.dump(manifest, f)
             try:

@@ -152,8 +152,8 @@ def _real_lines() -> list[bytes]:
     for path in sorted(JAX.rglob("*.xplane.pb")) + [TESTS / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"]:
         data = path.read_bytes()
         shape = xspace_shape.scan(data, len(data))
-        for plane in shape.plane_shapes:
-            for a, b, _ in plane.lines[:4]:
+        for pa, pb in shape.plane_spans:
+            for a, b, _ in list(xspace_shape.plane_lines(data, pa, pb))[:4]:
                 ends = [e - a for *_, e in xspace_shape._fields(data, a, b)]
                 for size in (400, 3000):  # the fields that fit, whole; and cut anywhere
                     out.append(data[a:a + max([e for e in ends if e <= size], default=0)])
