@@ -447,10 +447,12 @@ class TableBuilder:
         self._scan_rows = 0
         self._scan_cols: dict[str, np.ndarray] = {}
 
-    def scan(self, text: Any) -> Optional[ScannedBlock]:
+    def scan(self, text: Any, rows: Optional[int] = None) -> Optional[ScannedBlock]:
         """The block `[...]` read by the native scanner into columns, interning into
         this builder's interners; None when the scanner is off or leaves the block to
-        `decode_events` (anything but the plain case: see `_scan.c`)."""
+        `decode_events` (anything but the plain case: see `_scan.c`). `rows`: at least
+        the `{` bytes in `text`, when the caller counted them already (an event opens
+        one); a count too small makes the scanner hand the block back, never misread it."""
         module = scanner_module()
         if module is None:
             return None
@@ -458,7 +460,7 @@ class TableBuilder:
             i = (self._names, self._cats, self._pids, self._tids, self._flows)
             self._scanner = module.Scanner(i[0].ids, i[0].values, i[1].ids, i[1].values, i[2].ids, i[2].values,
                                            i[3].ids, i[3].values, i[4].ids, i[4].values)
-        rows = max(module.braces(text), 1)
+        rows = max(module.braces(text) if rows is None else rows, 1)
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
             self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}

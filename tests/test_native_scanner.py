@@ -44,8 +44,8 @@ def test_the_scanner_reads_plain_blocks_itself_rather_than_handing_them_back() -
     scanned = []
     original = TableBuilder.scan
 
-    def spy(self: TableBuilder, text: object) -> object:
-        block = original(self, text)
+    def spy(self: TableBuilder, text: object, rows: object = None) -> object:
+        block = original(self, text, rows)
         scanned.append(block is not None)
         return block
 
@@ -247,3 +247,17 @@ def test_numbers_past_the_exact_fast_path_scan_on_several_threads_at_once() -> N
         assert np.array_equal(table.dur, np.array([e["dur"] for e in events]))
     for i, table in enumerate(together):
         assert table_difference(table, alone[i % len(texts)]) is None
+
+
+def test_a_row_count_too_small_hands_the_block_back_and_the_reader_counts_each_block_once() -> None:
+    """The reader counts a block's `{` bytes once (to charge what decoding it can hold) and
+    the scanner sizes its columns by that count; a count too small (never the reader's: it
+    counts the block and what follows it) makes the scanner hand the block back whole,
+    never write past its columns."""
+    text = b"[" + b",".join(b'{"ph":"X","name":"n%d","pid":1,"tid":1,"ts":%d,"dur":1}' % (k, k)
+                            for k in range(50)) + b"]"
+    with native(True):
+        assert TableBuilder().scan(text, rows=10) is None
+        block = TableBuilder().scan(text, rows=50)
+        assert isinstance(block, ScannedBlock) and len(block) == 50
+        assert native_module.scanner_module().braces(text) == text.count(b"{") == 50

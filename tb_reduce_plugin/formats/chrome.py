@@ -106,7 +106,7 @@ def read_chrome_json(stream: TraceStream, account: Any, options: ReadOptions) ->
     sizes: list[int] = []
 
     def decode(text: Any) -> Any:
-        events = builder.scan(text)
+        events = builder.scan(text, rows=reader.unread_braces)
         if events is None:
             events = decode_events(text)
         sizes.append(len(text))

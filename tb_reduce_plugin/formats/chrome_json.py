@@ -37,6 +37,7 @@ from isal import isal_zlib
 
 from ..errors import FileChanged, TraceError
 from ..model import clean_json_text
+from ..native import scanner_module
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream, open_regular
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,16 @@ class ChromeJsonReader:
         self.read_bytes = 0
         self.decoding_at = 0
         self.rewritten = False
+        # `{` bytes from the cursor to the end of the buffer, counted for the block being
+        # decoded (None once the buffer changes): more than the block's events, at most.
+        self.unread_braces: Optional[int] = None
 
     # ---- buffer management -------------------------------------------------
     def _fill(self, want: int) -> bool:
         """Ensure at least `want` unread bytes (or EOF); return False when none left."""
         while len(self._buf) - self._pos < want and not self._eof:
             self._checked, self._last_hits = False, None  # a new buffer follows
+            self.unread_braces = None
             chunk = self._stream.read(max(self._block, want))
             self.crc = isal_zlib.crc32(chunk, self.crc)  # ~20 ms a GB: what a later pass must find again
             self.read_bytes += len(chunk)
@@ -289,10 +294,18 @@ class ChromeJsonReader:
     def _charge_decoded(self) -> int:
         """Charge what decoding the unread buffer can hold: Python objects per event,
         bounded by the `{` bytes in it (every event opens one; measured ~270 bytes an
-        event for tiny ones)."""
-        if self._account is None:
+        event for tiny ones). The count is kept (`unread_braces`): the native scanner
+        sizes its columns by it rather than counting the same bytes again."""
+        module = scanner_module()
+        if module is not None:
+            view = memoryview(self._buf)[self._pos:]
+            self.unread_braces = module.braces(view)
+            del view  # no export of the buffer outlives this call (`_fill` resizes it)
+        elif self._account is not None:
+            self.unread_braces = self._buf.count(b"{", self._pos)
+        if self._account is None or self.unread_braces is None:
             return 0
-        n = DECODED_BYTES_PER_BRACE * self._buf.count(b"{", self._pos)
+        n = DECODED_BYTES_PER_BRACE * self.unread_braces
         self._account.charge(n, "the decoded events of one block")
         return n
 

@@ -14,10 +14,14 @@ rule every input follows here, `bytes.decode("utf-8", "replace")`: upb would ref
 the whole file at one invalid byte. An event whose stats do not parse is written
 with `"args": {"tb_reduce.error": reason}` rather than failing the trace.
 
-Speed: upb parses the file with events read as raw bytes (`xspace_schema`), and
-`decode_event_columns` decodes the events' fields for a whole line at once in
-numpy. The raw event payloads are kept (about the file's size), so the args of any
-kept event are decoded on demand without reading the file again. Writing does the
+Memory and speed (`read_xspace`): upb would parse the file whole into a Python object
+per event (2-5x the file), so it is given only what lies above the events (each plane's
+metadata and stats, each line's own fields); each line's events are found in place
+(`_scan.pb_fields`, or upb line by line in the pure build) and `decode_event_columns`
+decodes their fields a chunk at a time in numpy, into columns that a server's parse
+writes to its spill folder. The file's bytes are kept (in that folder, mapped, or in
+memory), so the args of any kept event are decoded on demand without reading the
+file again. Writing does the
 same by chunks of a line's kept events (`XSpaceTrace.events`): their stats decoded
 in numpy (`_walk`), their values formatted by kind in bulk, the JSON joined once,
 byte for byte what `_event` makes of each event alone (and `_event` writes the few
