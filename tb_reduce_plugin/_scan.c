@@ -1246,14 +1246,21 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     /* Eight bytes at a time: a byte of w ^ "{{{{{{{{" is zero exactly where w holds '{';
      * (x & 0x7f..) + 0x7f.. sets the high bit of every non-zero low part, so after or-ing x
-     * back in, the high bits left clear are the zero bytes: counted by one popcount. */
+     * back in, the high bits left clear are the zero bytes. Shifted down, each is a 1 in
+     * its byte lane; the lanes are summed for up to 255 words, then across (one multiply),
+     * with no popcount (a library call where the CPU's is not assumed). */
     const uint64_t low7 = 0x7F7F7F7F7F7F7F7FULL;
     while (end - p >= 8) {
-        uint64_t w, x;
-        memcpy(&w, p, 8);
-        x = w ^ (ONES * '{');
-        n += __builtin_popcountll(~(((x & low7) + low7) | x | low7));
-        p += 8;
+        uint64_t lanes = 0;
+        for (int k = 0; k < 255 && end - p >= 8; k++, p += 8) {
+            uint64_t w, x;
+            memcpy(&w, p, 8);
+            x = w ^ (ONES * '{');
+            lanes += (~(((x & low7) + low7) | x | low7) >> 7) & ONES;
+        }
+        /* each lane is at most 255: the sum of the eight fits the top byte of the product */
+        n += (Py_ssize_t)(((lanes & 0x00FF00FF00FF00FFULL) + ((lanes >> 8) & 0x00FF00FF00FF00FFULL)) *
+                          0x0001000100010001ULL >> 48);
     }
     for (; p < end; p++) n += *p == '{';
     Py_END_ALLOW_THREADS
