@@ -86,6 +86,24 @@ class WindowIndex:
         starting from t0 less the tier's extent (widened by float noise) up to t1, then
         the exact test."""
         parts = []
+        for a, b in self._tier_runs(t0, t1):
+            idx = np.asarray(self.tier_order[a:b])
+            parts.append(idx[(sl.start[idx] <= t1) & (sl.end[idx] >= t0)])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate(parts))
+
+    def rows_within(self, t0: float, t1: float) -> int:
+        """How many rows a window's plan reads through this index (its points and the
+        candidate slices of `slices_overlapping`, before the exact test), found by searches
+        alone: what planning the window this way costs."""
+        a = int(np.searchsorted(self.point_ts, t0, "left"))
+        b = int(np.searchsorted(self.point_ts, t1, "right"))
+        return max(b - a, 0) + sum(b - a for a, b in self._tier_runs(t0, t1))
+
+    def _tier_runs(self, t0: float, t1: float) -> list[tuple[int, int]]:
+        """Per tier, the rows of `tier_order` whose slices may overlap [t0, t1]."""
+        runs = []
         for k in np.flatnonzero(np.diff(self.tier_rows)).tolist():
             lo, hi = int(self.tier_rows[k]), int(self.tier_rows[k + 1])
             extent = float(self.tier_extent[k])
@@ -94,11 +112,8 @@ class WindowIndex:
             a = lo + int(np.searchsorted(starts, reach, "left"))
             b = lo + int(np.searchsorted(starts, t1, "right"))
             if b > a:
-                idx = np.asarray(self.tier_order[a:b])
-                parts.append(idx[(sl.start[idx] <= t1) & (sl.end[idx] >= t0)])
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return np.sort(np.concatenate(parts))
+                runs.append((a, b))
+        return runs
 
 
 def window_index_bytes(t: EventTable) -> int:

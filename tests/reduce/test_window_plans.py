@@ -52,6 +52,13 @@ def _whole(t, *args, **kw):
         reduction.window_index = real
 
 
+@pytest.fixture(autouse=True)
+def every_window_through_the_index(monkeypatch) -> None:
+    """Every window planned through the window index, however wide (a server plans a wide
+    one by the whole-table pass: `reduction.WINDOW_PATH_SHARE`), so the two are compared."""
+    monkeypatch.setattr(reduction, "WINDOW_PATH_SHARE", float("inf"))
+
+
 def test_plans_of_a_window_from_the_window_index_are_those_of_the_whole_table(oracle_tables) -> None:
     compared = 0
     for name, t in oracle_tables:
@@ -349,3 +356,27 @@ def test_a_disk_that_fails_the_window_index_files_leaves_it_unmade_not_held_in_m
                 pass
     with mapped.scratch_array(str(tmp_path), "x", 1 << 20, np.int64) as a:  # outside: memory, as before
         assert len(a) == 1 << 20
+
+
+def test_a_window_holding_more_than_a_share_of_the_rows_is_planned_by_the_whole_table_pass(
+        oracle_tables, monkeypatch) -> None:
+    """Gathering most of a table row by row costs more than the chunked pass over it: a
+    window whose rows (points and candidate slices, counted by search) are more than
+    `WINDOW_PATH_SHARE` of the table's goes the whole-table way, with the same plan."""
+    monkeypatch.setattr(reduction, "WINDOW_PATH_SHARE", 0.125)
+    name, t = max(oracle_tables, key=lambda nt: len(nt[1]))
+    reduction.prepare_window_index(t)
+    wi = t.prepared.window_index
+    d0, d1 = default_window(t)
+    narrow, wide = (d0 + 0.5 * (d1 - d0), d0 + 0.5001 * (d1 - d0)), (d0 + 0.05 * (d1 - d0), d0 + 0.95 * (d1 - d0))
+    assert wi.rows_within(*narrow) <= 0.125 * len(t) < wi.rows_within(*wide), name
+    used = []
+    real = reduction._plan_window
+    monkeypatch.setattr(reduction, "_plan_window", lambda *a, **k: used.append(a[3:5]) or real(*a, **k))
+    for window in (narrow, wide):
+        for level in (0, 2):
+            _same(plan_within(t, level, *window), _whole(t, level, *window), f"{name} {window} level {level}")
+    assert used == [narrow, narrow]
+    # the count bounds what the index path reads: the rows it finds are among those counted
+    sl = slices_of(t)
+    assert len(wi.points_within(*wide)) + len(wi.slices_overlapping(sl, *wide)) <= wi.rows_within(*wide)
