@@ -16,8 +16,11 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
+import weakref
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from .budget import machine_memory_bytes
@@ -402,14 +405,54 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 
 
 def _indexer(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
-    """`index.store.indexed` over `--cache-dir`'s store, or None (parse every time)."""
+    """`index.store.indexed` over `--cache-dir`'s store; without one (or where it cannot be
+    used), a parse that writes a big trace's columns to a temporary folder."""
     if not args.cache_dir:
-        return None
+        return _parse_spilling_to_temp
     from .index.store import IndexStore, default_index_bytes, indexed
 
     folder = os.path.join(args.cache_dir, "index")
     store = IndexStore(folder, default_index_bytes(folder))
-    return functools.partial(indexed, store) if store.usable else None
+    return functools.partial(indexed, store) if store.usable else _parse_spilling_to_temp
+
+
+# A trace file from this size on is parsed into a temporary folder rather than in memory.
+SPILL_FROM_BYTES = 64 << 20
+
+
+def _parse_spilling_to_temp(path: str, **options: Any) -> Any:
+    """`pipeline.index_file`, a big trace's columns (and what plans prepare on them, and an
+    XSpace's bytes) written block by block into a folder of the system's temporary
+    directory (`TMPDIR`) and mapped from there, as a server writes them into its cache:
+    what the command holds then stays near the budget's floor however big the trace is.
+    The folder goes when the index does (at exit at the latest). A small trace, a path
+    that is no local file, or a disk that fails the folder: parsed in memory."""
+    from .model import SpillFailed
+    from .reduce.pipeline import index_file
+
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # not a local file (or not there): index_file says what it is
+    if size < SPILL_FROM_BYTES:
+        return index_file(path, **options)
+    try:
+        folder = tempfile.mkdtemp(prefix="tb-reduce-")
+    except OSError:
+        return index_file(path, **options)
+    try:
+        index = index_file(path, spill_dir=os.path.join(folder, "spill"), **options)
+    except SpillFailed:
+        shutil.rmtree(folder, ignore_errors=True)
+        return index_file(path, **options)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if index.spill_dir is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        weakref.finalize(index, shutil.rmtree, folder, True)
+    return index
 
 
 def _add_max_memory(p: argparse.ArgumentParser,

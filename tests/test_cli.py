@@ -565,3 +565,43 @@ def test_live_keeps_its_priority_unless_told_to_run_below_it(tmp_path: Path) -> 
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+
+
+@pytest.mark.parametrize("kind", ["chrome", "xspace"])
+def test_a_big_trace_is_parsed_into_a_temporary_folder_gone_when_the_command_ends(kind, tmp_path, monkeypatch):
+    """Without --cache-dir, a trace from `SPILL_FROM_BYTES` on has its columns (and what
+    plans prepare, and an XSpace's bytes) written to a folder of TMPDIR and mapped, as a
+    server's are: the same output as a parse in memory, and the folder removed after."""
+    import tempfile
+
+    import numpy as np
+
+    from tb_reduce_plugin import cli
+    from tb_reduce_plugin.reduce import pipeline
+
+    src = (next((ROOT / "demo_logdir" / "jax_mlp").rglob("*.xplane.pb")) if kind == "xspace"
+           else next((ROOT.parent / "shared" / "corpus" / "generated" / "torch_cpu_cnn_small").glob("*.pt.trace.json")))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    mapped = []
+    real = pipeline.index_file
+
+    def spy(*args, **kwargs):
+        index = real(*args, **kwargs)
+        mapped.append(isinstance(index.table.ts, np.memmap) and bool(list(temp.iterdir())))
+        return index
+
+    monkeypatch.setattr(pipeline, "index_file", spy)
+    assert main(["reduce", str(src), "-o", str(tmp_path / "memory.json"), "--level", "2"]) == 0
+    monkeypatch.setattr(cli, "SPILL_FROM_BYTES", 0)
+    assert main(["reduce", str(src), "-o", str(tmp_path / "spilled.json"), "--level", "2"]) == 0
+    assert mapped == [False, True]
+    assert (tmp_path / "memory.json").read_bytes() == (tmp_path / "spilled.json").read_bytes()
+    import gc
+
+    gc.collect()
+    assert list(temp.iterdir()) == []  # the folder went with its index
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-there" / "tmp"))  # a temp dir that fails
+    assert main(["reduce", str(src), "-o", str(tmp_path / "failing.json"), "--level", "2"]) == 0
+    assert (tmp_path / "failing.json").read_bytes() == (tmp_path / "memory.json").read_bytes()

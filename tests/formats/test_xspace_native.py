@@ -162,7 +162,8 @@ def _real_lines() -> list[bytes]:
 
 
 def test_the_native_field_walk_finds_what_the_python_walk_finds_or_leaves_the_line_to_upb() -> None:
-    module = native_module.scanner_module()
+    with native(True):  # on even where the suite runs with it off (`make test-pure`)
+        module = native_module.scanner_module()
     mask = xspace._LINE_MASK
     rng = random.Random(int(os.environ.get("TB_REDUCE_FUZZ_SEED", "7")))
     seeds = _real_lines() + [b"", tag(4, 2) + _varint(3) + b"abc", tag(9, 3) + tag(9, 4), _varint(1 << 40) + b"\x00",
@@ -209,7 +210,8 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
 
 
 def test_the_native_field_walk_refuses_ranges_outside_its_buffer_and_wrong_arrays() -> None:
-    module = native_module.scanner_module()
+    with native(True):
+        module = native_module.scanner_module()
     data = tag(4, 2) + _varint(2) + b"ab"
     with pytest.raises(ValueError):
         module.pb_fields(data, 0, len(data) + 1, 4, 0, None, None)
