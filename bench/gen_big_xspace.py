@@ -23,16 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tb_reduce_plugin.formats.xspace import _varint  # noqa: E402
 from tb_reduce_plugin.formats.xspace_schema import XSpace  # noqa: E402
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _field(number: int, payload_len: int) -> bytes:

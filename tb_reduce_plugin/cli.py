@@ -16,11 +16,9 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
-import weakref
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from .budget import machine_memory_bytes
@@ -423,36 +421,24 @@ SPILL_FROM_BYTES = 64 << 20
 def _parse_spilling_to_temp(path: str, **options: Any) -> Any:
     """`pipeline.index_file`, a big trace's columns (and what plans prepare on them, and an
     XSpace's bytes) written block by block into a folder of the system's temporary
-    directory (`TMPDIR`) and mapped from there, as a server writes them into its cache:
-    what the command holds then stays near the budget's floor however big the trace is.
-    The folder goes when the index does (at exit at the latest). A small trace, a path
-    that is no local file, or a disk that fails the folder: parsed in memory."""
-    from .model import SpillFailed
-    from .reduce.pipeline import index_file
+    directory (`TMPDIR`) and mapped from there, as a server writes them into its cache
+    (`index.store.parse_into`): what the command holds then stays near the budget's floor
+    however big the trace is. The folder goes when the index does (at exit at the latest).
+    A small trace, a path that is no local file, or a disk that fails the folder: parsed
+    in memory."""
+    from .index.store import parse_into
 
     try:
-        size = os.stat(path).st_size
+        big = os.stat(path).st_size >= SPILL_FROM_BYTES
     except OSError:
-        size = 0  # not a local file (or not there): index_file says what it is
-    if size < SPILL_FROM_BYTES:
-        return index_file(path, **options)
-    try:
-        folder = tempfile.mkdtemp(prefix="tb-reduce-")
-    except OSError:
-        return index_file(path, **options)
-    try:
-        index = index_file(path, spill_dir=os.path.join(folder, "spill"), **options)
-    except SpillFailed:
-        shutil.rmtree(folder, ignore_errors=True)
-        return index_file(path, **options)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    if index.spill_dir is None:
-        shutil.rmtree(folder, ignore_errors=True)
-    else:
-        weakref.finalize(index, shutil.rmtree, folder, True)
-    return index
+        big = False  # not a local file (or not there): index_file says what it is
+    folder = None
+    if big:
+        try:
+            folder = tempfile.mkdtemp(prefix="tb-reduce-")
+        except OSError:
+            pass
+    return parse_into(folder, path, **options)
 
 
 def _add_max_memory(p: argparse.ArgumentParser,

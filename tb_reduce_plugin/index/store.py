@@ -814,8 +814,15 @@ def parse_spilling(store: Optional[IndexStore], path: str, *, account: Optional[
     The folder goes with the index; a parse that fails, or maps nothing (an XSpace, an
     empty trace), removes it at once. A disk that cannot take the columns: parsed again in
     memory, as without a store. `parse`: `index_file` or a stand-in with its arguments."""
+    return parse_into(store.spill_folder() if store is not None else None, path, account=account, parse=parse,
+                      **options)
+
+
+def parse_into(spill: Optional[str], path: str, *, account: Optional[Account] = None,
+               parse: Optional[Callable[..., TraceIndex]] = None, **options: Any) -> TraceIndex:
+    """`parse_spilling` into the folder `spill` (made if missing; None: in memory), which
+    goes with the index, or at once when the parse fails or maps nothing into it."""
     parse = parse or index_file
-    spill = store.spill_folder() if store is not None else None
     if spill is None:
         return parse(path, account=account, **options)
     try:
