@@ -24,7 +24,11 @@ class ReadOptions:
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     max_ratio: Optional[float] = DEFAULT_MAX_RATIO
     store_dir: Optional[str] = None  # where a Chrome trace may keep its blocks for later windows
-    spill_dir: Optional[str] = None  # where a Chrome trace's columns may be written as they are read
+    spill_dir: Optional[str] = None  # where a trace's columns may be written as they are read
+    # How far the work after reading the file is (0..1), for a reader that does most of its
+    # work after reading (an XSpace decodes its events once the file is read): the progress
+    # shown then counts the reading for a share of the bar and this for the rest.
+    decoded: Optional[Callable[[float], None]] = None
 
 
 @dataclass

@@ -901,7 +901,8 @@ DATA_FILE = "xspace.pb"  # the file's bytes in the spill folder, mapped
 _SPILL_READ = 4 << 20  # bytes read at once on their way to that file
 
 
-def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[str] = None) -> XSpaceTrace:
+def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[str] = None,
+                decoded: Optional[Callable[[float], None]] = None) -> XSpaceTrace:
     """Read an XSpace into the event model, walking the file's structure itself.
 
     Protobuf has no index, and upb can only parse a message whole, which for a profile
@@ -914,6 +915,7 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     is held is the metadata, a few chunks and, without a folder, the columns.
 
     With an `account` (see `budget`), every step charges what it is about to hold.
+    `decoded`: told how far the decoding is (0..1), after each chunk.
     """
     charges = _Charges(account)
     base = os.path.basename(stream.path)
@@ -929,7 +931,7 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     charges.hold(heads, "parsing the XSpace")
     file = _File(data, buf)
     gathered = _gather(shape, file, base, charges, spill_dir)
-    trace = _build(gathered, base, charges, spill_dir)
+    trace = _build(gathered, base, charges, spill_dir, decoded)
     charges.give(heads)
     return trace
 
@@ -1185,7 +1187,8 @@ def _decoded(pool: Optional[ThreadPoolExecutor], buf: np.ndarray, starts: np.nda
         yield f.result()
 
 
-def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str]) -> XSpaceTrace:
+def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str],
+           decoded: Optional[Callable[[float], None]] = None) -> XSpaceTrace:
     names, meta_json, meta_rows = g.names, g.meta_json, g.meta_rows
     tracks = Interner()
     # Tracks in the order the lines come (then the metadata rows'), as they always were.
@@ -1250,6 +1253,8 @@ def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str])
                 mids_parts.append(mids.copy())  # not a view of the decoded rows: those go now
                 done += k
                 del ev, mids
+                if decoded is not None:
+                    decoded((first - n_meta + done) / max(total_events, 1))
             if not counter:
                 line_mids = np.concatenate(mids_parts) if mids_parts else np.zeros(0, dtype=np.int64)
                 steps.extend(_step_markers(line, line_mids, first))
@@ -1569,5 +1574,5 @@ def _space_info(space: Any, planes: list[dict]) -> dict:
 
 def read_xspace_trace(stream: TraceStream, account: Any, options: ReadOptions) -> Parsed:
     """The format's reader (`formats.reader_for("xspace")`)."""
-    space = read_xspace(stream, account, options.spill_dir)
+    space = read_xspace(stream, account, options.spill_dir, options.decoded)
     return Parsed(table=space.table, metadata=space.metadata, truncated=False, source=space, extra=space.extra)

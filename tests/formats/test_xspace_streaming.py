@@ -257,3 +257,28 @@ def test_a_plane_whose_id_takes_ten_bytes_on_the_wire_reads(tmp_path: Path) -> N
     trace = _read(path, tmp_path / "spill")
     assert trace.metadata["xspace"]["planes"][0]["id"] == -5
     assert len(trace.table.ph) - len(trace.meta_json) == 3
+
+
+def test_the_progress_of_an_xspace_counts_its_decoding_not_only_its_reading(tmp_path: Path) -> None:
+    """Reading an XSpace is the quick part (into its folder); decoding its events follows.
+    The bar counts the reading for `READ_SHARE` of the file and the decoding for the rest:
+    it only moves forward, passes through the decoding, and ends at the file's size."""
+    from tb_reduce_plugin.reduce import pipeline
+
+    path = tmp_path / "lines.xplane.pb"
+    path.write_bytes(_space([_line(vfield(1, k) + sfield(2, b"t%d" % k) + vfield(3, 1_700_000_000_000_000_000),
+                                   _events(3000)) for k in range(5)]))
+    calls: list[tuple[int, int]] = []
+    index = pipeline.index_file(path, progress=lambda done, total: calls.append((done, total)))
+    size = path.stat().st_size
+    share = pipeline.READ_SHARE["xspace"]
+    assert index.events == len(index.source.meta_json) + 15_000
+    dones = [d for d, _ in calls]
+    assert dones == sorted(dones) and calls[-1] == (size, size)
+    decoding = [d for d in dones if share * size < d < size]
+    assert len(decoding) >= 4  # a report per line decoded, between the reading and the end
+    # a Chrome trace's bar is its reading, as before
+    chrome = next((ROOT.parent / "shared" / "corpus" / "generated" / "torch_cpu_cnn_small").glob("*.pt.trace.json"))
+    calls.clear()
+    pipeline.index_file(chrome, progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1][0] == calls[-1][1] == chrome.stat().st_size and max(d for d, _ in calls) == calls[-1][0]
