@@ -32,6 +32,7 @@ from tb_reduce_plugin.formats.xspace import (
     _Line,
     _meta,
     _Plane,
+    _plane_of,
     _plane_pids,
     _space_info,
     _step_markers,
@@ -174,22 +175,7 @@ def _gather(space: Any, file: _File) -> _Gathered:
         planes_info.append(info)
         if not full:
             continue
-        md_args: dict[int, dict] = {}
-        md_ids, md_names = [], []
-        for mid, md in plane.event_metadata.items():
-            md_ids.append(mid)
-            name, display = as_text(md.name), as_text(md.display_name)
-            md_names.append(display or name)
-            args: dict[str, Any] = {}
-            if md.display_name and md.name and md.display_name != md.name:  # the bytes differ
-                args["long_name"] = name
-            stats_dict(md.stats, stat_names, args)
-            if args:
-                md_args[mid] = args
-        pl = _Plane(plane_name, pid, stat_names, md_args)
-        order = np.argsort(np.asarray(md_ids, dtype=np.int64), kind="stable")
-        pl_ids = np.asarray(md_ids, dtype=np.int64)[order]
-        pl_names = names.ids_of([md_names[i] for i in order.tolist()]) if md_ids else np.zeros(0, np.int32)
+        pl, pl_ids, pl_names = _plane_of(plane, plane_name, pid, stat_names, names)  # the same mapping
         meta_rows.append(((pid, None), "process_name"))
         meta_json.append(_meta("process_name", pid, None, {"name": plane_name}))
         process_names[pid] = plane_name
