@@ -66,6 +66,15 @@ typedef struct {
     PyThreadState **released;  /* where the scan keeps its thread state while the GIL is released */
     PyObject *ids;     /* dict: value -> id (the Interner's; a reference held) */
     PyObject *values;  /* list of values */
+    /* A private table (`Scanner(..., private=True)`): its dict and list are filled by this
+     * table alone, so a miss takes the next id at once, without the GIL, and the value's
+     * Python object is made when the scan ends (`table_settle`): two scanners on two
+     * threads then never wait for each other. Misses not yet settled: keys in the arena. */
+    int private_;
+    int32_t count;     /* ids given (private): settled values + pending */
+    size_t *pending;   /* arena offsets and lengths, two per pending key */
+    size_t pending_n, pending_cap;
+    int broken;        /* a settling failed: the dict and list no longer match the slots */
 } Table;
 
 static inline uint64_t mix64(uint64_t h) {
@@ -109,20 +118,27 @@ static int table_init(Table *t, PyObject *ids, PyObject *values) {
     Py_INCREF(values);
     t->ids = ids;
     t->values = values;
+    t->private_ = 0;
+    t->count = 0;
+    t->pending = NULL;
+    t->pending_n = t->pending_cap = 0;
+    t->broken = 0;
     return 0;
 }
 
 static void table_free(Table *t) {
     free(t->slots);
     free(t->arena);
+    free(t->pending);
     t->slots = NULL;
     t->arena = NULL;
+    t->pending = NULL;
     Py_CLEAR(t->ids);
     Py_CLEAR(t->values);
 }
 
 static size_t table_bytes(const Table *t) {
-    return t->cap * sizeof(Slot) + t->arena_cap;
+    return t->cap * sizeof(Slot) + t->arena_cap + t->pending_cap * 2 * sizeof(size_t);
 }
 
 static int table_grow(Table *t) {
@@ -188,14 +204,27 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         }
         j = (j + 1) & (t->cap - 1);
     }
-    /* A value never seen: its Python object and id, with the GIL (released while scanning). */
-    PyThreadState *ts = t->released ? *t->released : NULL;
-    if (ts) PyEval_RestoreThread(ts);
-    PyObject *obj = make(key, len, ctx);
-    int32_t id = obj ? interner_id(t, obj) : -1;
-    Py_XDECREF(obj);
-    if (ts) *t->released = PyEval_SaveThread();
-    if (id < 0) return -1;
+    int32_t id;
+    if (t->private_) {  /* the next id now; the object when the scan ends */
+        if (t->count == INT32_MAX) return -1;
+        if (t->pending_n == t->pending_cap) {
+            size_t cap = t->pending_cap ? 2 * t->pending_cap : 256;
+            size_t *p = realloc(t->pending, cap * 2 * sizeof(size_t));
+            if (!p) return -1;
+            t->pending = p;
+            t->pending_cap = cap;
+        }
+        id = t->count;
+    } else {
+        /* A value never seen: its Python object and id, with the GIL (released while scanning). */
+        PyThreadState *ts = t->released ? *t->released : NULL;
+        if (ts) PyEval_RestoreThread(ts);
+        PyObject *obj = make(key, len, ctx);
+        id = obj ? interner_id(t, obj) : -1;
+        Py_XDECREF(obj);
+        if (ts) *t->released = PyEval_SaveThread();
+        if (id < 0) return -1;
+    }
     if (t->arena_len + len > t->arena_cap) {
         size_t cap = t->arena_cap;
         while (t->arena_len + len > cap) cap *= 2;
@@ -205,6 +234,12 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         t->arena_cap = cap;
     }
     memcpy(t->arena + t->arena_len, key, len);
+    if (t->private_) {
+        t->pending[2 * t->pending_n] = t->arena_len;
+        t->pending[2 * t->pending_n + 1] = len;
+        t->pending_n++;
+        t->count++;
+    }
     Slot *s = &t->slots[j];
     s->hash = h;
     s->off = t->arena_len;
@@ -216,6 +251,36 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
     t->last_id = id;
     if (++t->used * 2 > t->cap && table_grow(t) < 0) return -1;
     return id;
+}
+
+/* A private table's pending keys made Python values, appended in id order (GIL held).
+ * Distinct keys are distinct values (a key is the value's kind and exact bytes), so
+ * each is new to the dict; one found there means the table is not private after all. */
+static int table_settle(Table *t, MakeFn make, void *ctx) {
+    for (size_t i = 0; i < t->pending_n; i++) {
+        PyObject *obj = make(t->arena + t->pending[2 * i], t->pending[2 * i + 1], ctx);
+        if (!obj) goto fail;
+        Py_ssize_t n = PyList_GET_SIZE(t->values);
+        int found = PyDict_Contains(t->ids, obj);
+        if (found != 0) {
+            if (found > 0) PyErr_SetString(PyExc_RuntimeError, "a private table's dict was changed");
+            Py_DECREF(obj);
+            goto fail;
+        }
+        PyObject *id = PyLong_FromSsize_t(n);
+        int rc = id ? PyDict_SetItem(t->ids, obj, id) : -1;
+        Py_XDECREF(id);
+        if (rc < 0 || PyList_Append(t->values, obj) < 0) {
+            Py_DECREF(obj);
+            goto fail;
+        }
+        Py_DECREF(obj);
+    }
+    t->pending_n = 0;
+    return 0;
+fail:
+    t->broken = 1;
+    return -1;
 }
 
 /* A scalar key -> its Python value: None, a str (UTF-8, already checked) or an int64. */
@@ -913,13 +978,22 @@ static void Scanner_dealloc(Scanner *self) {
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     PyObject *d[5], *l[5];
+    int private_ = 0;
     static char *kwlist[] = {"names_ids", "names", "cats_ids", "cats", "pids_ids", "pids",
-                             "tids_ids", "tids", "flows_ids", "flows", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!O!O!O!O!O!O!", kwlist,
+                             "tids_ids", "tids", "flows_ids", "flows", "private", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!O!O!O!O!O!O!|$p", kwlist,
                                      &PyDict_Type, &d[0], &PyList_Type, &l[0], &PyDict_Type, &d[1], &PyList_Type, &l[1],
                                      &PyDict_Type, &d[2], &PyList_Type, &l[2], &PyDict_Type, &d[3], &PyList_Type, &l[3],
-                                     &PyDict_Type, &d[4], &PyList_Type, &l[4]))
+                                     &PyDict_Type, &d[4], &PyList_Type, &l[4], &private_))
         return -1;
+    if (private_) {
+        for (int i = 0; i < 5; i++) {
+            if (PyDict_GET_SIZE(d[i]) || PyList_GET_SIZE(l[i])) {
+                PyErr_SetString(PyExc_ValueError, "a private Scanner starts from empty tables");
+                return -1;
+            }
+        }
+    }
     if (self->names.slots) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner already initialised");
         return -1;
@@ -928,6 +1002,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     for (int i = 0; i < 5; i++) {
         if (table_init(ts[i], d[i], l[i]) < 0) return -1;
         ts[i]->released = &self->released;
+        ts[i]->private_ = private_;
     }
     return 0;
 }
@@ -972,12 +1047,24 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "this Scanner is scanning in another thread");
         goto done;
     }
+    if (self->names.broken || self->cats.broken || self->pids.broken || self->tids.broken || self->flows.broken) {
+        PyErr_SetString(PyExc_RuntimeError, "this Scanner's tables were left inconsistent by an earlier error");
+        goto done;
+    }
     self->busy = 1;
     self->released = PyEval_SaveThread();
     n = walk_array(text.buf, (const uint8_t *)text.buf + text.len, event_element, &ctx);
     PyEval_RestoreThread(self->released);
     self->released = NULL;
     self->busy = 0;
+    /* Private tables: the values met are made now, categories before the flows naming them. */
+    if (self->names.private_ &&
+        (table_settle(&self->names, make_scalar, NULL) < 0 || table_settle(&self->cats, make_scalar, NULL) < 0 ||
+         table_settle(&self->pids, make_scalar, NULL) < 0 || table_settle(&self->tids, make_scalar, NULL) < 0 ||
+         table_settle(&self->flows, make_flow, self->cats.values) < 0)) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
     if (n == -2) {
         if (!PyErr_Occurred()) PyErr_NoMemory();  /* an allocation failed while the GIL was released */
         goto done;

@@ -30,8 +30,10 @@ from typing import Any, Hashable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
+from . import scan_halves
 from .mapped import ColumnFiles, SpillFailed, map_array  # noqa: F401 (SpillFailed: the table's error too)
 from .native import scanner_module
+from .scan_halves import HalfScanner
 
 NAN = float("nan")
 
@@ -444,6 +446,8 @@ class TableBuilder:
         self.block_events: list[int] = []
         self.block_bytes: list[int] = []
         self._scanner: Any = None
+        self._halves: Optional[HalfScanner] = None  # the second scanner (two cores), see `scan_halves`
+        self._halves_done = False  # no halves for this builder: one core
         self._scan_rows = 0
         self._scan_cols: dict[str, np.ndarray] = {}
 
@@ -464,14 +468,33 @@ class TableBuilder:
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
             self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}
-        n = self._scanner.scan(text, *self._scan_cols.values())
+        halves = self._halves_for(module, text)
+        got = halves.scan(text, self._scanner, self._scan_cols, rows, _SCAN_COLUMNS) if halves else None
+        if got is not None:
+            n, cols = got
+        else:
+            n = self._scanner.scan(text, *self._scan_cols.values())
+            cols = {k: v[:n].copy() for k, v in self._scan_cols.items()} if n >= 0 else {}
         # The strings it interned (even from a block it hands back) are held from now on:
         # charged at this block, while the reader still holds the block's decoding charge.
         self._charge_held("the names and other strings of the event table")
         if n < 0:
             return None
-        cols = {k: v[:n].copy() for k, v in self._scan_cols.items()}
         return ScannedBlock(n, cols, _raw_events(text, cols))
+
+    def _halves_for(self, module: Any, text: Any) -> Optional[HalfScanner]:
+        """The second scanner, for a block big enough to split on a machine with two cores."""
+        if self._halves is not None and self._halves.full:
+            self._halves = None  # a fresh one: what its tables held is interned by the builder
+        if self._halves_done or len(text) < scan_halves.SPLIT_FROM_BYTES:
+            return None
+        if self._halves is None:
+            if scan_halves.usable_cores() < 2:
+                self._halves_done = True
+                return None
+            i = (self._names, self._cats, self._pids, self._tids, self._flows)
+            self._halves = HalfScanner(module, i)
+        return self._halves
 
     def add(self, events: Union[list[ChromeEvent], ScannedBlock], nbytes: int = 0) -> None:
         n = len(events)
@@ -505,6 +528,8 @@ class TableBuilder:
         for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series, self._cats):
             interned += self._interned_bytes(interner)
         scanner = self._scanner.cache_bytes() + 62 * self._scan_rows if self._scanner is not None else 0
+        if self._halves is not None:
+            scanner += self._halves.held_bytes()
         return self._col_bytes + interned + scanner + _COUNTER_ROW_BYTES * len(self._c_event)
 
     def _interned_bytes(self, interner: Interner) -> int:
