@@ -173,7 +173,13 @@ def _reductions(index: object, windows: list) -> list[bytes]:
     return out
 
 
-def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pass_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [256 * 1024, 700, 97])
+def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pass_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Kept chunks of any size: at 97 bytes nearly every event lies across two or more."""
+    from tb_reduce_plugin.formats import chrome_json
+
+    monkeypatch.setattr(chrome_json, "TEXT_CHUNK", chunk)
     path = next(p for p in CHROME if "resnet50_num_workers_0" in p.name)
     with native(False):
         pure = index_file(path)
@@ -189,6 +195,8 @@ def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pas
     assert served.source.has_store
     rest = _reductions(served, windows[1:])  # later windows read only the chunks they need
     assert first + rest == expected
+    offsets = served.source.block_files()[2]
+    assert np.diff(offsets).max() <= chunk  # kept in chunks of that size
 
 
 def _scan_table(text: bytes) -> object:
