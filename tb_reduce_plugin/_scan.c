@@ -1355,6 +1355,51 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
     return PyLong_FromSsize_t(n);
 }
 
+/* ---- gather: byte ranges of a text, one after another (block_store.TierBuilder) ------ */
+
+PyDoc_STRVAR(gather_doc,
+"gather(src, starts, lengths, dst) -> int\n\n"
+"Copies src[starts[i]:starts[i] + lengths[i]] for each i (int64 arrays), one after\n"
+"another, into the writable `dst`; returns the bytes written. Refuses (ValueError, nothing\n"
+"written) any range outside `src`, or more bytes than `dst` holds: every range is checked\n"
+"before any is copied. The numpy twin is `block_store._gather`.");
+
+static PyObject *gather(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer src, bs, bl, dst;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &src, &bs, &bl, &dst)) return NULL;
+    PyObject *result = NULL;
+    if (bs.len % 8 || bl.len != bs.len) {
+        PyErr_SetString(PyExc_ValueError, "gather: starts and lengths must be int64 arrays of one length");
+        goto done;
+    }
+    Py_ssize_t n = bs.len / 8, total = 0, bad = -1;
+    const int64_t *st = bs.buf, *ln = bl.buf;
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
+        if (st[i] < 0 || ln[i] < 0 || st[i] > src.len || ln[i] > src.len - st[i] || ln[i] > dst.len - total) bad = i;
+        else total += (Py_ssize_t)ln[i];
+    }
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "gather: range %zd lies outside the text or the output", bad);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    char *out = dst.buf;
+    const char *in = src.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(out, in + st[i], (size_t)ln[i]);
+        out += ln[i];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(total);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bl);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
 /* ---- busy parts: a plan's busy time per bucket (busy.py, `_add_parts`) -------------- */
 
 PyDoc_STRVAR(busy_parts_doc,
@@ -1520,6 +1565,7 @@ static PyMethodDef module_methods[] = {
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
+    {"gather", gather, METH_VARARGS, gather_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {NULL, NULL, 0, NULL},
 };

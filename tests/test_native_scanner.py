@@ -177,9 +177,9 @@ def _reductions(index: object, windows: list) -> list[bytes]:
 def test_a_server_reducing_windows_from_kept_chunks_writes_what_a_fresh_pure_pass_writes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Kept chunks of any size: at 97 bytes nearly every event lies across two or more."""
-    from tb_reduce_plugin.formats import chrome_json
+    from tb_reduce_plugin.formats import block_store
 
-    monkeypatch.setattr(chrome_json, "TEXT_CHUNK", chunk)
+    monkeypatch.setattr(block_store, "TEXT_CHUNK", chunk)
     path = next(p for p in CHROME if "resnet50_num_workers_0" in p.name)
     with native(False):
         pure = index_file(path)

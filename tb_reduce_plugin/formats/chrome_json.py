@@ -25,9 +25,7 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
@@ -36,14 +34,11 @@ import numpy as np
 from isal import isal_zlib
 
 from ..errors import FileChanged, TraceError
+from ..mapped import SpillFailed
 from ..model import clean_json_text
 from ..native import scanner_module
-from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream, open_regular
-
-# The chunks a block store keeps text read by offset in (`_BlockStore.add_text`): a later
-# pass inflates a chunk for any event in it, so small, but big enough that ISA-L keeps its
-# ratio and speed (measured on a Kineto trace: 256 KiB chunks within 1 % of 16 MB blocks).
-TEXT_CHUNK = 256 * 1024
+from .block_store import BlockStore, Tier, TierBuilder, raw_list
+from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -526,7 +521,6 @@ class ChromeJsonReader:
             hi, window = lo, min(4 * window, _SEARCH_WINDOW)
 
 
-_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 @dataclass
@@ -577,30 +571,50 @@ class ChromeJsonEvents:
         self.identity = identity
         self.max_ratio = max_ratio
         self.block_size = block_size
-        self._store: Optional[_BlockStore] = None
+        self._store: Optional[BlockStore] = None
         self._building = threading.Lock()
         # Called with `block_files()` once a full pass has built the block store (`index.store`
         # keeps it beside the stored index, so a restarted server need not inflate the file again).
-        self.on_blocks: Optional[Callable[[str, np.ndarray, np.ndarray], None]] = None
+        self.on_blocks: Optional[Callable[[str, np.ndarray, np.ndarray, Optional[Tier]], None]] = None
+        # Which events the coarse tier holds (`block_store`): a mask of events a..b-1, set by
+        # the server (`reduce.coarse_tier`); without it the store keeps the text alone.
+        self.tier_rows: Optional[Callable[[int, int], np.ndarray]] = None
         self.positions = positions if positions is not None and len(positions.starts) == expected_events else None
 
     @property
     def has_store(self) -> bool:
         return self._store is not None
 
-    def adopt_blocks(self, path: str, offsets: np.ndarray, firsts: np.ndarray) -> None:
+    def adopt_blocks(self, path: str, offsets: np.ndarray, firsts: np.ndarray, tier: Optional[Tier] = None) -> None:
         """Read events from a block store kept before (`block_files` of an earlier run over
-        this file version, checked by the caller): opened read-only, never removed here."""
-        if self._store is None:
-            self._store = _BlockStore.kept(path, offsets, firsts)
+        this file version, checked by the caller): opened read-only, never removed here.
+        A tier is taken only where it describes text that ends where the store's does."""
+        if self._store is not None:
+            return
+        base = 0
+        if tier is not None:
+            ids, starts = tier
+            p = self.positions
+            ok = (p is not None and len(ids) == len(starts) and len(ids) > 0 and int(ids[0]) >= 0
+                  and int(ids[-1]) < len(p.starts) and int(starts[0]) == 0
+                  and bool(np.all(np.diff(ids) > 0)) and bool(np.all(np.diff(starts) > 0)))
+            if ok:
+                assert p is not None
+                size = int(starts[-1]) + int(p.lengths[int(ids[-1])])
+                base = int(firsts[-1]) - size
+                ok = base >= p.text_bytes and bool(np.isin(base, firsts))
+            if not ok:
+                raise TraceError("the kept coarse tier does not describe the kept text")
+        self._store = BlockStore.kept(path, offsets, firsts, tier if tier is not None else None, base)
 
-    def block_files(self) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
+    def block_files(self) -> Optional[tuple[str, np.ndarray, np.ndarray, Optional[Tier]]]:
         """The block store's file and its tables (each block's byte offset in the file, and
-        its first event, or first text offset with positions), if one was built."""
+        its first event, or first text offset with positions), and its coarse tier, if one
+        was built."""
         store = self._store
         if store is None:
             return None
-        return store.path, np.asarray(store._offsets, dtype=np.int64), store._firsts_arr
+        return store.path, np.asarray(store._offsets, dtype=np.int64), store._firsts_arr, store.tier
 
     def events(self, indices: Any, args: Any = None, progress: Optional[Callable[[int, int], None]] = None,
                ) -> Iterator[list[bytes]]:
@@ -610,7 +624,7 @@ class ChromeJsonEvents:
         store = self._store
         if store is not None and self.positions is not None:
             starts, ends = self._spans(indices)
-            yield from store.copy(starts, ends)
+            yield from store.copy_events(indices, starts, ends)
             return
         if store is not None:
             yield from store.events(indices)
@@ -622,7 +636,7 @@ class ChromeJsonEvents:
         acquired = self.store_dir is not None and self._building.acquire(blocking=False)
         if acquired:
             try:
-                builder = _BlockStore(self.store_dir)  # type: ignore[arg-type]
+                builder = BlockStore(self.store_dir)  # type: ignore[arg-type]
             except OSError:
                 builder = None
         try:
@@ -655,7 +669,7 @@ class ChromeJsonEvents:
         return starts, starts + self.positions.lengths[indices]
 
     def _copy(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
-              builder: Optional[_BlockStore]) -> Iterator[list[bytes]]:
+              builder: Optional[BlockStore]) -> Iterator[list[bytes]]:
         """The events at `indices` (sorted), copied from their positions while the file
         streams by: per read, the events that end within what has been read. With a
         `builder`, every read is also kept (compressed, by offset) and the whole file is
@@ -665,6 +679,7 @@ class ChromeJsonEvents:
         ident = self.identity
         k, n = 0, len(indices)
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
+        tier = self._tier_builder(builder)
         crc, left = 0, self.positions.text_bytes  # the text indexed, all of it: its CRC says it is the same
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
@@ -678,6 +693,8 @@ class ChromeJsonEvents:
                 left -= min(left, len(chunk))
                 if builder is not None:
                     builder.add_text(chunk)  # its "events" are bytes: offsets, not indices
+                if tier is not None:
+                    tier.take(chunk, base + len(buf))
                 buf = buf + chunk if buf else chunk
                 m = int(np.searchsorted(ends, base + len(buf), side="right"))
                 if m > k:
@@ -688,12 +705,29 @@ class ChromeJsonEvents:
                 if drop > 0:
                     buf, base = buf[drop:], base + drop
         if crc != self.positions.crc:  # rewritten in place since it was indexed
+            if tier is not None:
+                tier.close()
             raise FileChanged(f"{os.path.basename(self.path)} changed while it was read (its text is not the text indexed)")
+        if tier is not None and builder is not None:
+            if tier.finish() is not None:
+                builder.finish()
+                builder.append_tier(tier)
+            tier.close()
+
+    def _tier_builder(self, builder: Optional[BlockStore]) -> Optional[TierBuilder]:
+        """A coarse tier to make beside a block store being built, when the server asked for one."""
+        if builder is None or self.tier_rows is None or self.positions is None or self.store_dir is None:
+            return None
+        try:
+            return TierBuilder(self.store_dir, self.tier_rows, self.positions.starts, self.positions.lengths)
+        except (OSError, SpillFailed) as exc:
+            log.info("tb_reduce: no coarse tier for %s (%s)", os.path.basename(self.path), str(exc))
+            return None
 
     def _stream(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
-                builder: Optional[_BlockStore]) -> Iterator[list[bytes]]:
+                builder: Optional[BlockStore]) -> Iterator[list[bytes]]:
         def decode(text: Any) -> list:
-            raws = _raw_list.decode(text)
+            raws = raw_list.decode(text)
             if builder is not None:
                 builder.add(text, len(raws))
             return raws
@@ -712,136 +746,3 @@ class ChromeJsonEvents:
             raise FileChanged(
                 f"{os.path.basename(self.path)} changed while it was read ({self.expected_events:,} then {base:,} events)"
             )
-
-
-class _BlockStore:
-    """Blocks of event JSON (`[...]`), compressed, in one temporary file; read by block."""
-
-    def __init__(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        fd, self.path = tempfile.mkstemp(prefix=".blocks-", dir=directory)
-        self._file = os.fdopen(fd, "w+b")
-        self._fd = fd
-        self._offsets: list[int] = [0]
-        self._firsts: list[int] = [0]
-        self.failed = False
-        self._finalizer = weakref.finalize(self, _remove, self._file, self.path)
-
-    @classmethod
-    def kept(cls, path: str, offsets: np.ndarray, firsts: np.ndarray) -> _BlockStore:
-        """A store written by an earlier process, read-only: closed, not removed, when collected."""
-        self = cls.__new__(cls)
-        self._file, _ = open_regular(path)  # without blocking, a regular file only
-        self.path = path
-        self._fd = self._file.fileno()
-        self._offsets = [int(x) for x in offsets]
-        self._firsts = [int(x) for x in firsts]
-        self._firsts_arr = np.asarray(firsts, dtype=np.int64)
-        self.failed = False
-        self._finalizer = weakref.finalize(self, self._file.close)
-        return self
-
-    def add(self, text: Any, events: int) -> None:
-        """Keep one block; a store that cannot be written (a full disk) gives up quietly:
-        it only saves later passes time, and the pass that builds it goes on without it."""
-        if self.failed:
-            return
-        data = isal_zlib.compress(text, 1)
-        try:
-            self._file.write(data)
-        except OSError:
-            self.failed = True
-            self._finalizer()
-            return
-        self._offsets.append(self._offsets[-1] + len(data))
-        self._firsts.append(self._firsts[-1] + events)
-
-    def add_text(self, text: Any) -> None:
-        """Keep text read by offset (`ChromeJsonEvents._copy`) in chunks of `TEXT_CHUNK`
-        bytes: a later pass inflates only the chunks its events lie in, so a few events far
-        apart cost a few small chunks, not a 16 MB block each."""
-        view = memoryview(text)
-        for at in range(0, len(view), TEXT_CHUNK):
-            piece = view[at:at + TEXT_CHUNK]
-            self.add(piece, len(piece))
-
-    def finish(self) -> None:
-        try:
-            self._file.flush()
-        except OSError:
-            self.failed = True
-            self._finalizer()
-            return
-        self._firsts_arr = np.asarray(self._firsts, dtype=np.int64)
-
-    def close(self, remove: bool) -> None:
-        if remove:
-            self._finalizer()
-
-    def events(self, indices: np.ndarray) -> Iterator[list[bytes]]:
-        firsts = self._firsts_arr
-        blocks = np.unique(np.searchsorted(firsts, indices, side="right") - 1)
-        for b in blocks.tolist():
-            if b >= len(firsts) - 1:
-                raise TraceError(f"no event {int(indices[-1])} in this trace")
-            lo, hi = self._offsets[b], self._offsets[b + 1]
-            raws = _raw_list.decode(isal_zlib.decompress(os.pread(self._fd, hi - lo, lo)))
-            first = int(firsts[b])
-            a, z = np.searchsorted(indices, [first, first + len(raws)])
-            yield [bytes(raws[i]) for i in (indices[a:z] - first).tolist()]
-
-
-    def copy(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[list[bytes]]:
-        """Byte ranges of the text kept by offset (`ChromeJsonEvents._copy`), sorted: each
-        chunk they lie in is read and inflated once, and only the ranges are copied out of
-        it (a range across chunks joins its own pieces, never the chunks)."""
-        firsts = self._firsts_arr  # each chunk's offset; the last entry is the end
-        total = int(firsts[-1])
-        if len(ends) and int(ends[-1]) > total:
-            raise TraceError("an event lies beyond the kept text")
-        lo_chunk = np.searchsorted(firsts, starts, side="right") - 1
-        hi_chunk = np.searchsorted(firsts, np.maximum(ends - 1, starts), side="right") - 1
-        held: dict[int, bytes] = {}  # inflated chunks still needed by the ranges to come
-        i, n = 0, len(starts)
-        while i < n:
-            a = int(lo_chunk[i])
-            j = int(np.searchsorted(lo_chunk, a, side="right"))  # the run of ranges starting in chunk a
-            b = int(hi_chunk[i:j].max())
-            for c in [c for c in held if c < a]:
-                del held[c]
-            for c in range(a, b + 1):
-                if c not in held:
-                    held[c] = self._chunk(c)
-            x, y = (starts[i:j] - firsts[a]).tolist(), (ends[i:j] - firsts[a]).tolist()
-            data = held[a]
-            if b == a:
-                yield [data[p:q] for p, q in zip(x, y)]
-            else:
-                yield [data[p:q] if q <= len(data) else self._across(held, a, p, q) for p, q in zip(x, y)]
-            i = j
-
-    def _across(self, held: dict[int, bytes], a: int, p: int, q: int) -> bytes:
-        """Bytes [p, q) from the start of chunk `a`, through the chunks after it."""
-        parts, c, base = [], a, 0
-        while p < q:
-            data = held[c]
-            if p < base + len(data):
-                parts.append(data[p - base:min(q, base + len(data)) - base])
-                p = min(q, base + len(data))
-            base += len(data)
-            c += 1
-        return b"".join(parts)
-
-    def _chunk(self, c: int) -> bytes:
-        lo, hi = self._offsets[c], self._offsets[c + 1]
-        return isal_zlib.decompress(os.pread(self._fd, hi - lo, lo))
-
-
-def _remove(file: Any, path: str) -> None:
-    try:
-        file.close()
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass

@@ -85,6 +85,7 @@ _MANIFEST = "manifest.json"
 _PREPARED = "prepared.json"  # the manifest of the kept prepared state, written after its arrays
 _BLOCKS = "blocks.json"  # the manifest of a kept block store, written after its files
 _BLOCK_FILES = ("blocks.bin", "blocks_offsets.npy", "blocks_firsts.npy")
+_TIER_FILES = ("blocks_tier_ids.npy", "blocks_tier_starts.npy")  # the coarse tier, when one was made
 _staged = itertools.count()
 _STRINGS = "strings.msgpack"
 _TMP = ".tmp-"
@@ -435,21 +436,26 @@ class IndexStore:
         source = index.source
         try:
             files = _read_json(manifest_path, 1 << 16)["files"]
-            if sorted(files) != sorted(_BLOCK_FILES):
+            if sorted(files) not in (sorted(_BLOCK_FILES), sorted(_BLOCK_FILES + _TIER_FILES)):
                 raise Damaged("its block manifest names other files")
-            _check_files(folder, files, lambda name: name in _BLOCK_FILES, stamps)
+            _check_files(folder, files, lambda name: name in _BLOCK_FILES + _TIER_FILES, stamps)
             offsets = np.load(os.path.join(folder, "blocks_offsets.npy"), allow_pickle=False)
             firsts = np.load(os.path.join(folder, "blocks_firsts.npy"), allow_pickle=False)
             if (offsets.ndim != 1 or firsts.shape != offsets.shape or len(offsets) < 1 or int(offsets[0]) != 0
                     or int(offsets[-1]) != files["blocks.bin"][0] or np.any(np.diff(offsets) < 0)
                     or np.any(np.diff(firsts) < 0)):
                 raise Damaged("its block tables do not describe its blocks")
+            tier = None
+            if _TIER_FILES[0] in files:
+                tier = tuple(map_array(os.path.join(folder, name)) for name in _TIER_FILES)
+                if any(a.ndim != 1 or a.dtype != np.int64 for a in tier) or tier[0].shape != tier[1].shape:
+                    raise Damaged("its coarse tier's tables are not two columns of one length")
             if isinstance(source, ChromeJsonEvents):
-                source.adopt_blocks(os.path.join(folder, "blocks.bin"), offsets, firsts)
+                source.adopt_blocks(os.path.join(folder, "blocks.bin"), offsets, firsts, tier)
         except (Damaged, TraceError, OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("tb_reduce: the kept blocks of %s are damaged (%s); they are read from the trace again",
                         os.path.basename(index.path), str(exc))
-            for name in (_BLOCKS, *_BLOCK_FILES):
+            for name in (_BLOCKS, *_BLOCK_FILES, *_TIER_FILES):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
@@ -497,9 +503,10 @@ class IndexStore:
         return staged
 
     def keep_blocks(self, path: str, identity: FileIdentity, staged: str, offsets: np.ndarray,
-                    firsts: np.ndarray) -> bool:
+                    firsts: np.ndarray, tier: Optional[tuple[np.ndarray, np.ndarray]] = None) -> bool:
         """Move the staged block store beside the stored index of this file version (if it
-        is stored and keeps none yet): the data first, its manifest last."""
+        is stored and keeps none yet), with its coarse tier's table: the data first, its
+        manifest last."""
         folder = self._dir(index_digest(path, identity))
         try:
             if not os.path.isfile(os.path.join(folder, _MANIFEST)) or os.path.exists(os.path.join(folder, _BLOCKS)):
@@ -510,6 +517,9 @@ class IndexStore:
             files = {"blocks.bin": [size, _crc_of(staged, size)],
                      "blocks_offsets.npy": _write_array(folder, "blocks_offsets.npy", np.asarray(offsets, np.int64)),
                      "blocks_firsts.npy": _write_array(folder, "blocks_firsts.npy", np.asarray(firsts, np.int64))}
+            if tier is not None:
+                for name, column in zip(_TIER_FILES, tier):
+                    files[name] = _write_array(folder, name, np.asarray(column, np.int64))
             os.rename(staged, os.path.join(folder, "blocks.bin"))
             tmp = os.path.join(folder, f"{_BLOCKS}.{os.getpid()}.tmp")
             with open(tmp, "w") as f:

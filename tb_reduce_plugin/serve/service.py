@@ -51,6 +51,7 @@ from ..multihost.executor import LocalPool, make_executor
 from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate
 from ..query import search as query_search
+from ..reduce.coarse_tier import tier_rows_of
 from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from ..reduce.reduction import prepare_window_index
 from ..reduce.window_index import window_index_bytes
@@ -348,14 +349,15 @@ class TraceService:
             return
         path, writes = idx.path, self._writes
 
-        def on_blocks(blocks_path: str, offsets: Any, firsts: Any) -> None:
+        def on_blocks(blocks_path: str, offsets: Any, firsts: Any, tier: Any) -> None:
             # linked now (the temp file goes with its source), moved beside the index after
             # the index itself is written (one writer, in order)
             staged = store.stage_blocks(blocks_path)
             if staged is not None:
-                writes.put(functools.partial(store.keep_blocks, path, identity, staged, offsets, firsts))
+                writes.put(functools.partial(store.keep_blocks, path, identity, staged, offsets, firsts, tier))
 
         source.on_blocks = on_blocks  # holds no reference to the index: no cycle keeps it alive
+        source.tier_rows = tier_rows_of(idx.table)  # (the table, not the index)
 
     def wait_saved(self, timeout: Optional[float] = None) -> None:
         """Wait for what was handed to the index store's writer so far (tests, benchmarks)."""

@@ -351,12 +351,15 @@ def test_a_restart_reads_events_from_the_kept_blocks_and_never_inflates_the_trac
     first = _served_once(logdir, cache, host)
     folder = stored_folder(first.store, gz_trace)
     assert (folder / "blocks.json").is_file() and (folder / "blocks.bin").stat().st_size > 0
+    assert (folder / "blocks_tier_ids.npy").is_file()  # the coarse tier is kept with them
 
     def no_stream(*args, **kwargs):
         raise AssertionError("the trace was read again")
 
     second = TraceService(str(logdir), cache_dir=str(cache))
     lo, hi = second.on_index(second.trace_file("run", host), lambda i: default_window(i.table))
+    tier = second.on_index(second.trace_file("run", host), lambda i: i.source._store.tier)
+    assert tier is not None and len(tier[0]) > 0
     monkeypatch.setattr("tb_reduce_plugin.formats.chrome_json.TraceStream", no_stream)
     window = (lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.45)
     got = second.reduction("run", host, 0, *window)  # level 0: every event's JSON in the window
@@ -367,7 +370,7 @@ def test_a_restart_reads_events_from_the_kept_blocks_and_never_inflates_the_trac
     assert detail == fresh.event("run", host, 7)
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "tables", "manifest"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "tables", "manifest", "tier order", "tier range", "tier text"])
 def test_damaged_kept_blocks_are_dropped_and_the_events_read_from_the_trace(gz_trace, tmp_path, damage, caplog):
     logdir, cache = gz_trace.parent.parent, tmp_path / "cache"
     host = gz_trace.name[: -len(".pt.trace.json.gz")]
@@ -387,6 +390,20 @@ def test_damaged_kept_blocks_are_dropped_and_the_events_read_from_the_trace(gz_t
         data = (folder / "blocks_offsets.npy").read_bytes()
         manifest = json.loads((folder / "blocks.json").read_text())
         manifest["files"]["blocks_offsets.npy"] = [len(data), store_module.isal_zlib.crc32(data)]
+        (folder / "blocks.json").write_text(json.dumps(manifest))
+    elif damage.startswith("tier"):  # consistent checksums, a tier that does not describe the kept text
+        name = "blocks_tier_starts.npy" if damage == "tier text" else "blocks_tier_ids.npy"
+        column = np.load(folder / name)
+        if damage == "tier order":
+            column[[0, 1]] = column[[1, 0]]
+        elif damage == "tier range":
+            column[-1] = 1 << 40
+        else:
+            column += 7  # its text would start past the kept text's end
+        np.save(folder / name, column)
+        data = (folder / name).read_bytes()
+        manifest = json.loads((folder / "blocks.json").read_text())
+        manifest["files"][name] = [len(data), store_module.isal_zlib.crc32(data)]
         (folder / "blocks.json").write_text(json.dumps(manifest))
     else:
         (folder / "blocks.json").write_text('{"files": {"../../x": [1, 2]}}')
@@ -635,7 +652,8 @@ print("ok")
     assert "could not be written" in done.stderr
 
 
-@pytest.mark.parametrize("name", ["manifest.json", "ts.npy", "strings.msgpack", "blocks.bin", "prepared.json"])
+@pytest.mark.parametrize("name", ["manifest.json", "ts.npy", "strings.msgpack", "blocks.bin", "prepared.json",
+                                  "blocks_tier_ids.npy"])
 def test_a_fifo_in_place_of_a_stored_file_is_damage_and_never_waited_on(gz_trace, tmp_path, name):
     """Every file of the store is opened as the traces are: without blocking, a regular file only."""
     logdir, cache = gz_trace.parent.parent, tmp_path / "cache"

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Benchmark a zoom after a restart, this tree against another (a worktree): what a user
+waits for when a restarted TensorBoard is asked a window it never reduced.
+
+Each tree fills a cache of its own over the same trace (the first view, then the index,
+its kept text and prepared state written in the background), timed. Then, per window
+width and repeat, a fresh process of each tree (interleaved) opens a `TraceService` over
+a hard-linked copy of its cache (a restart: the index is mapped from the store) and asks
+one new window at level 2; it reports the request, its plan and its write. Medians and
+ratios; the bodies of the two trees are compared (a change of speed, never of output).
+
+    python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt -n 3
+    python3 bench/bench_zoom_trees.py /tmp/g16.pt.trace.json.gz --baseline /work/wt --widths 0.1 0.01
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Run inside each tree's process: fill the cache, or ask one window of a restarted service.
+CHILD = r"""
+import gzip, hashlib, json, sys, time
+from tb_reduce_plugin.serve.service import TraceService
+from tb_reduce_plugin.reduce.reduction import default_window
+logs, cache, host, at, width = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+s = TraceService(logs, cache_dir=cache)
+if width == 0:
+    t = time.perf_counter(); s.reduction("run", host, 2, None, None); view = time.perf_counter() - t
+    s.wait_saved(); print(json.dumps({"view": view, "saved": time.perf_counter() - t - view})); sys.exit(0)
+lo, hi = s.on_index(s.trace_file("run", host), lambda i: default_window(i.table))
+w = (lo + at * (hi - lo), lo + (at + width) * (hi - lo))
+t = time.perf_counter(); r = s.reduction("run", host, 2, *w); took = time.perf_counter() - t
+assert r.stats["index"] == "stored" and not r.stats["cached"], "not a restarted index, or a window asked before"
+data = r.body.read()
+body = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+print(json.dumps({"request": took, "plan": r.stats["timings_s"]["plan"], "write": r.stats["timings_s"]["write"],
+                  "events": r.stats["output"]["events"], "digest": hashlib.sha256(body).hexdigest()}))
+"""
+
+
+def run(tree: Path, *args: object) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], cwd=tree, env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--baseline", type=Path, required=True, help="another tree (a git worktree) to compare with")
+    ap.add_argument("-n", type=int, default=3, help="windows per width (medians)")
+    ap.add_argument("--widths", type=float, nargs="+", default=[0.1, 0.01, 0.001], help="shares of the trace")
+    args = ap.parse_args()
+    trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
+    work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
+    try:
+        logdir = work / "logs" / "run"
+        logdir.mkdir(parents=True)
+        local = logdir / args.trace.name
+        try:
+            os.link(args.trace, local)  # the same file, not a copy of gigabytes
+        except OSError:
+            shutil.copyfile(args.trace, local)
+        host = args.trace.name.split(".pt.trace.json")[0].split(".trace.json")[0].split(".json")[0]
+        filled = {}
+        for name, tree in trees.items():
+            filled[name] = run(tree, work / "logs", work / f"cache-{name}", host, 0, 0)
+            print(f"{name:10s} first view {filled[name]['view']:.1f} s, then kept {filled[name]['saved']:.1f} s",
+                  flush=True)
+        rows = []
+        for width in args.widths:
+            got: dict = {name: [] for name in trees}
+            for i in range(args.n):
+                at = 0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width)  # never asked before
+                digests = set()
+                for name, tree in trees.items():
+                    copy = work / "restarted"
+                    subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
+                    try:
+                        r = run(tree, work / "logs", copy, host, at, width)
+                    finally:
+                        shutil.rmtree(copy, ignore_errors=True)
+                    got[name].append(r)
+                    digests.add((r["events"], r["digest"]))
+                assert len(digests) == 1, f"the trees wrote different windows at {width} / {at}"
+            rows.append((width, got))
+        med = statistics.median
+        sizes = {name: sum(f.stat().st_size for f in (work / f"cache-{name}" / "index").rglob("*") if f.is_file())
+                 for name in trees}
+        print(f"trace {args.trace.name}: {args.trace.stat().st_size / 1e6:,.0f} MB; medians of {args.n}; "
+              f"index folders {sizes['baseline'] / 1e9:.2f} / {sizes['this tree'] / 1e9:.2f} GB")
+        print("window     request: baseline / this tree        plan            write")
+        for width, got in rows:
+            b, t = got["baseline"], got["this tree"]
+            mb, mt = med(r["request"] for r in b), med(r["request"] for r in t)
+            print(f"{width * 100:6.1f} %   {mb:7.3f} s / {mt:7.3f} s  x{mb / mt:5.2f}   "
+                  f"{med(r['plan'] for r in b):.3f} / {med(r['plan'] for r in t):.3f}   "
+                  f"{med(r['write'] for r in b):.3f} / {med(r['write'] for r in t):.3f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
