@@ -1,5 +1,6 @@
-"""What the index suites share (tests/index/, tests/reduce/test_window_plans.py): the
-corpus's Chrome traces, a reduction as bytes, where a trace's stored index lies, and a
+"""What the index suites share (tests/index/, tests/reduce/test_window_plans.py, the block
+store's and the scanner's tests): the corpus's Chrome traces, a reduction as bytes (or
+several windows'), where a trace's stored index lies, and a
 manifest's checksum made to fit a file a test changed on purpose."""
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def reduced(index, level, window=(None, None)) -> bytes:
     out = io.BytesIO()
     reduce_index(index, out, level, window[0], window[1], gzip=False, with_input_index=True)
     return out.getvalue()
+
+
+def reductions(index, windows: list) -> list[bytes]:
+    """Each (level, t0, t1) of `windows` reduced from `index`, uncompressed, in order."""
+    out = []
+    for level, t0, t1 in windows:
+        buf = io.BytesIO()
+        reduce_index(index, buf, level, t0, t1, gzip=False)
+        out.append(buf.getvalue())
+    return out
 
 
 def identity(path: Path) -> FileIdentity:

@@ -4,17 +4,17 @@ pids, flows, counters, step markers, metadata), and on text it must leave alone.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from index_support import reductions as _reductions
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.model import ScannedBlock, TableBuilder
-from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduce_to_bytes
+from tb_reduce_plugin.reduce.pipeline import index_file, reduce_to_bytes
 from tb_reduce_plugin.reduce.reduction import default_window
 from tests.table_equality import difference_both_ways, native
 
@@ -164,13 +164,6 @@ def test_a_build_named_by_tb_reduce_scan_path_is_the_one_loaded() -> None:
         assert Path(module.__file__).parent == ROOT / "tb_reduce_plugin"
 
 
-def _reductions(index: object, windows: list) -> list[bytes]:
-    out = []
-    for level, t0, t1 in windows:
-        buf = io.BytesIO()
-        reduce_index(index, buf, level, t0, t1, gzip=False)
-        out.append(buf.getvalue())
-    return out
 
 
 @pytest.mark.parametrize("chunk", [256 * 1024, 700, 97])

@@ -4,16 +4,16 @@ fresh pure-Python pass gives; a tier that grows too big is given up, never half 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+from index_support import reductions as _reductions
 
 from tb_reduce_plugin.formats import block_store
 from tb_reduce_plugin.formats.block_store import BlockStore, TierBuilder
 from tb_reduce_plugin.reduce.coarse_tier import tier_rows_of
-from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index
+from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window
 from tests.table_equality import native
 
@@ -24,13 +24,6 @@ KINETO = next((p for p in sorted(CORPUS.glob("*/*/*")) if "resnet50_num_workers_
 pytestmark = pytest.mark.skipif(KINETO is None, reason="the public corpus is not here")
 
 
-def _reductions(index: object, windows: list) -> list[bytes]:
-    out = []
-    for level, t0, t1 in windows:
-        buf = io.BytesIO()
-        reduce_index(index, buf, level, t0, t1, gzip=False)
-        out.append(buf.getvalue())
-    return out
 
 
 def _windows(table: object) -> list:
