@@ -40,8 +40,9 @@ from .sources import open_regular
 # chunks: 1.7 % bigger than 16 MB blocks on a Kineto trace, and inflated 2x faster a byte).
 TEXT_CHUNK = 256 * 1024
 # A request for more events than this reads them from the text alone (level 0 of a whole
-# trace: the tier would only add its chunks); a window's view keeps far fewer.
-TIER_MAX_EVENTS = 1 << 17
+# trace: the tier would only add its chunks); a window's view keeps far fewer. The events
+# read through the tier are held at once (~340 bytes each on a Kineto trace).
+TIER_MAX_EVENTS = 1 << 16
 # A tier past this share of the text read (once TIER_JUDGED_AFTER bytes are read) is given up: it would
 # save little (a trace of mostly instants) and cost nearly the text again on disk.
 TIER_MAX_SHARE = 0.4

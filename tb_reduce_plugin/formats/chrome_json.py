@@ -521,6 +521,10 @@ class ChromeJsonReader:
             hi, window = lo, min(4 * window, _SEARCH_WINDOW)
 
 
+def _increasing(a: np.ndarray) -> bool:
+    """Whether `a` (mapped, maybe millions long) strictly increases: a part at a time."""
+    step = 1 << 20
+    return all(bool(np.all(np.diff(np.asarray(a[i:i + step + 1])) > 0)) for i in range(0, max(len(a) - 1, 1), step))
 
 
 @dataclass
@@ -597,7 +601,7 @@ class ChromeJsonEvents:
             p = self.positions
             ok = (p is not None and len(ids) == len(starts) and len(ids) > 0 and int(ids[0]) >= 0
                   and int(ids[-1]) < len(p.starts) and int(starts[0]) == 0
-                  and bool(np.all(np.diff(ids) > 0)) and bool(np.all(np.diff(starts) > 0)))
+                  and _increasing(ids) and _increasing(starts))
             if ok:
                 assert p is not None
                 size = int(starts[-1]) + int(p.lengths[int(ids[-1])])
@@ -605,7 +609,7 @@ class ChromeJsonEvents:
                 ok = base >= p.text_bytes and bool(np.isin(base, firsts))
             if not ok:
                 raise TraceError("the kept coarse tier does not describe the kept text")
-        self._store = BlockStore.kept(path, offsets, firsts, tier if tier is not None else None, base)
+        self._store = BlockStore.kept(path, offsets, firsts, tier, base)
 
     def block_files(self) -> Optional[tuple[str, np.ndarray, np.ndarray, Optional[Tier]]]:
         """The block store's file and its tables (each block's byte offset in the file, and
