@@ -129,9 +129,14 @@ class HalfScanner:
         worker = threading.Thread(target=scan_second, args=(second,), name="tb-reduce-scan-half", daemon=True)
         started = False
         try:
-            worker.start()  # (a process out of threads: the text is restored, and the error raised)
+            worker.start()
             started = True
             na = scanner.scan(first, *cols.values())
+        except RuntimeError:
+            if started:
+                raise
+            na = -1  # a process out of threads: the block is scanned whole, as on one core
+            got["n"] = -1
         finally:
             if started:
                 worker.join()

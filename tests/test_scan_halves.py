@@ -182,3 +182,12 @@ def test_a_private_scanner_makes_the_values_it_met_even_from_a_block_it_hands_ba
     names, ids = tables[1], tables[0]
     assert names == ["a", "b"] and ids == {"a": 0, "b": 1}
     assert tables[5] == [1] and tables[7] == [2]
+
+
+def test_a_process_that_cannot_start_a_thread_scans_each_block_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(scan_halves.threading.Thread, "start", refuse)
+    blocks = [_block(_events(0, 200) + _events(1, 200))]
+    assert _same_three_ways(blocks, monkeypatch) == 0
