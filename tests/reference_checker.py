@@ -280,7 +280,7 @@ def build_model(doc: dict | list) -> InputModel:
         m.unpaired.extend(stack)
     m.unpaired.sort()
     if t_min <= t_max:
-        m.default_window = (t_min, t_max if t_max > t_min else t_min + 1)
+        m.default_window = (t_min, t_max if t_max - t_min >= 1e-6 else t_min + 1)  # under 1 ps: one instant
         m.max_abs_time = max(abs(t_min), abs(t_max))
     tracks: dict[tuple, list[int]] = defaultdict(list)
     for s in m.slices:

@@ -161,14 +161,16 @@ def test_every_corpus_trace_indexes_to_the_same_table_in_halves(path: Path, halv
 
 
 def test_a_private_scanner_refuses_tables_that_are_not_empty() -> None:
-    module = native_module.scanner_module()
+    with native(True):  # (also when the suite runs with the scanner off)
+        module = native_module.scanner_module()
     assert module is not None
     with pytest.raises(ValueError, match="private"):
         module.Scanner({"x": 0}, ["x"], {}, [], {}, [], {}, [], {}, [], private=True)
 
 
 def test_a_private_scanner_makes_the_values_it_met_even_from_a_block_it_hands_back() -> None:
-    module = native_module.scanner_module()
+    with native(True):
+        module = native_module.scanner_module()
     assert module is not None
     tables: list = []
     for _ in range(5):

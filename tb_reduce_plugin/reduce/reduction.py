@@ -150,7 +150,9 @@ def _default_window(t: EventTable) -> tuple[float, float]:
             t0, t1 = min(t0, float(ts.min())), max(t1, float((ts + dur).max()))
     if not any_ok:
         return 0.0, 1.0
-    return (t0, t1) if t1 > t0 else (t0, t0 + 1.0)
+    # A span under the finest time any input holds is one instant, as a span of zero: a
+    # window must be 1 ps wide at least (`check_window`), so it would be refused otherwise.
+    return (t0, t1) if t1 - t0 >= MIN_WINDOW_US else (t0, t0 + 1.0)
 
 
 def slices_of(t: EventTable) -> SliceTable:

@@ -537,3 +537,14 @@ def test_the_checker_reads_truncated_array_files(tmp_path: Path) -> None:
         assert load_trace(path) == [one]
         path.write_bytes(gzip.compress(path.read_bytes()))
         assert load_trace(path) == [one]
+
+
+def test_a_trace_whose_whole_span_is_under_a_picosecond_is_shown_as_one_instant(tmp_path: Path) -> None:
+    """Found by the random traces above: two flow events 4e-15 µs apart made a default window
+    no reduction may take (a window is 1 ps wide at least), and the trace was refused."""
+    doc = {"traceEvents": [{"ts": 0.0, "ph": "s", "cat": "ac2g", "name": "flow", "id2": {"local": "0x0"}},
+                           {"ts": 4e-15, "ph": "f", "cat": "ac2g", "name": "flow", "id2": {"local": "0x0"}},
+                           {"ts": 2e-15, "ph": "i", "name": "tick", "pid": 1, "tid": 1, "s": "t"}]}
+    for level in (0, 2):
+        out = _reduce(tmp_path, doc, level)  # the reference checker agrees
+        assert [e["name"] for e in out["traceEvents"] if e.get("ph") == "i"] == ["tick"]
