@@ -91,13 +91,15 @@ class ChromeJsonReader:
     """
 
     def __init__(self, stream: TraceStream, block_size: int = READ_SIZE, account: Any = None) -> None:
-        # Charged for the buffer (twice its size: it is copied when it grows) and, while a
-        # block is decoded and used, for its decoded events (see `budget`).
+        # Charged for the buffer (twice its size: the one before is kept to be written
+        # over, see `_append`) and, while a block is decoded and used, for its decoded
+        # events (see `budget`).
         self._account = account
         self._buffer_charge = 0
         self._stream = stream
         self._block = block_size
         self._buf = bytearray()
+        self._spare: Optional[bytearray] = None  # the buffer before this one, reused by `_append`
         self._pos = 0
         self._eof = False
         self._checked = False  # the unread buffer holds no undecodable text (see `_sanitize`)
@@ -125,39 +127,60 @@ class ChromeJsonReader:
         while len(self._buf) - self._pos < want and not self._eof:
             self._checked, self._last_hits = False, None  # a new buffer follows
             self.unread_braces = None
-            chunk = self._stream.read(max(self._block, want))
-            self.crc = isal_zlib.crc32(chunk, self.crc)  # ~20 ms a GB: what a later pass must find again
-            self.read_bytes += len(chunk)
-            if not chunk:
-                self._eof = True
-                # One spare byte after the data, for the "]" of the last block.
-                keep = max(self._pos - 1, 0)
-                self._buf = bytearray(memoryview(self._buf)[keep:]) + b" "
-                self._pos -= keep
-                self._base += keep
-                break
             # Keep one byte before the cursor: `_decode_block` writes "[" there.
             keep = max(self._pos - 1, 0)
-            # (and the block a gzip stream inflates ahead meanwhile: `TraceStream.ahead_bytes`)
-            self._charge_buffer(2 * (len(self._buf) - keep + len(chunk)) + getattr(self._stream, "ahead_bytes", 0))
-            self._append(keep, chunk)
+            n = self._read_after(keep, max(self._block, want))
             self._pos -= keep
             self._base += keep
+            if not n:
+                self._eof = True
+                self._spare = None  # no more reads: its memory goes
+                self._buf += b" "  # one spare byte after the data, for the "]" of the last block
+                break
+            # (and the block a gzip stream inflates ahead meanwhile: `TraceStream.ahead_bytes`)
+            self._charge_buffer(2 * len(self._buf) + getattr(self._stream, "ahead_bytes", 0))
         return len(self._buf) - self._pos > (1 if self._eof else 0)
 
-    def _append(self, keep: int, chunk: bytes) -> None:
-        """The buffer from `keep` on, then `chunk`: in the same allocation where it can be
-        (CPython drops a bytearray's head by moving its start, and grows it in place while
-        its allocation suffices), so a block's bytes are copied into pages already there,
-        not into 16 MB of new ones each block (the kernel zeroing them was ~10% of a
-        parse). A view of the buffer still alive (none should be) means a new one."""
+    def _read_after(self, keep: int, size: int) -> int:
+        """Make the buffer its bytes from `keep` on, then up to `size` bytes read (at most
+        `READ_SIZE`), written into the buffer before this one; how many were read.
+
+        Every block used to land in 16 MB of fresh pages, ~4,100 page faults a block (a
+        third of the native scan's time in the server): a bytearray cannot drop its head
+        and grow without a new allocation (CPython reallocates one whose start has
+        moved), each read was a new bytes object, and the server allocates 16 MB by mmap
+        (`budget.return_large_blocks`), so each was new memory the kernel faulted in and
+        zeroed. Now the reader keeps two buffers and writes each block into the one it
+        read before, whose pages are there: the stream reads into it (`readinto`), the
+        rest is copied through memoryviews (a memcpy, no temporary). `_charge_buffer`
+        counts the buffer twice for this. A buffer still exported (a view of it alive:
+        none should be) is never written over: resizing it raises BufferError, and a new
+        one is made instead."""
+        old = self._buf
+        tail = len(old) - keep
+        size = min(size, READ_SIZE)
+        buf = self._spare
+        self._spare = None
         try:
-            del self._buf[:keep]
-            self._buf += chunk
+            if buf is None:
+                raise BufferError
+            buf.append(0)  # a resize, refused while a view of `buf` is alive
+            if len(buf) > tail + size:
+                del buf[tail + size:]
+            elif len(buf) < tail + size:
+                buf += bytes(tail + size - len(buf))
         except BufferError:
-            buf = bytearray(memoryview(self._buf)[keep:])
-            buf += chunk
-            self._buf = buf
+            buf = bytearray(tail + size)
+        with memoryview(buf) as into:
+            with memoryview(old) as source:
+                into[:tail] = source[keep:]
+            n = self._stream.readinto(into[tail:])
+            self.crc = isal_zlib.crc32(into[tail:tail + n], self.crc)  # ~20 ms a GB: what a later pass must find again
+        if n < size:
+            del buf[tail + n:]
+        self.read_bytes += n
+        self._buf, self._spare = buf, old
+        return n
 
     def _charge_buffer(self, n: int) -> None:
         """Hold `n` bytes for the buffer from now on (more when it grows, less when it shrinks)."""

@@ -181,6 +181,9 @@ AHEAD_BYTES = READ_SIZE  # what inflating ahead holds besides the reader's own b
 AHEAD_MIN_FILE_BYTES = 1 << 20
 
 
+_EMPTY = memoryview(b"")
+
+
 class _InflateAhead:
     """A thread that reads a decompressing stream ahead of its consumer, block by block.
 
@@ -191,16 +194,29 @@ class _InflateAhead:
     the file once its stream is closed). Memory: one block ahead, never more (`AHEAD_BYTES`):
     a block is handed over, and only once the consumer has taken it is the next one
     inflated, while the consumer works on the one it took.
+
+    `pooled`: the blocks are inflated into two buffers of its own, in turn, for a
+    consumer that copies them out (`readinto`) and gives each back as soon as it has.
+    Each block in a new bytes object was 16 MB of fresh pages for the kernel to fault in
+    and zero (the server allocates 16 MB by mmap: `budget.return_large_blocks`): ~4,100
+    faults a block, as much system time on this thread as inflating took. Then two
+    blocks are held (`AHEAD_BYTES` twice), and the consumer holds none.
     """
 
-    def __init__(self, inner: BinaryIO, allowed: int) -> None:
+    def __init__(self, inner: BinaryIO, allowed: int, pooled: bool = False) -> None:
         self._inner = inner
         self._allowed = allowed
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
         self._taken = threading.Event()
-        self._pending = b""
+        self._pending = _EMPTY  # what the consumer has not read yet of the block it took
+        self._pending_block: Optional[bytes | bytearray] = None  # that block
         self._done: Optional[BaseException | bytes] = None  # b"" at the end, or the error
+        self._free: Optional[queue.Queue] = None
+        if pooled:
+            self._free = queue.Queue()
+            for _ in range(2):
+                self._free.put(None)  # made on first use, on the thread
         self._thread = threading.Thread(target=self._run, name="tb-reduce-inflate", daemon=True)
         self._thread.start()
 
@@ -208,10 +224,13 @@ class _InflateAhead:
         inflated = 0
         try:
             while not self._stopping.is_set():
-                data = self._inner.read(min(READ_SIZE, max(self._allowed - inflated, 0) + 1))
-                if not data:
+                want = min(READ_SIZE, max(self._allowed - inflated, 0) + 1)
+                data = self._inflate(want)
+                if data is None:
+                    return  # stopped while waiting for a buffer
+                if not data[1]:
                     break
-                inflated += len(data)
+                inflated += data[1]
                 if not self._put(data):
                     return
                 if inflated > self._allowed:  # the consumer raises on these bytes: read no further
@@ -220,7 +239,26 @@ class _InflateAhead:
         except BaseException as exc:  # handed to the consumer, who raises it as the read did
             self._put(exc)
 
-    def _put(self, item: BaseException | bytes) -> bool:
+    def _inflate(self, want: int) -> Optional[tuple[bytes | bytearray, int]]:
+        """The next block and its length: a new bytes object, or a buffer of the pool."""
+        if self._free is None:
+            data = self._inner.read(want)
+            return data, len(data)
+        buf: Optional[bytearray] = None
+        while buf is None:
+            if self._stopping.is_set():
+                return None
+            try:
+                buf = self._free.get(timeout=0.05) or bytearray(READ_SIZE)
+            except queue.Empty:
+                continue
+        with memoryview(buf) as into:
+            n = _readinto(self._inner, into[:want])
+        if not n:
+            self._free.put(buf)
+        return buf, n
+
+    def _put(self, item: BaseException | bytes | tuple) -> bool:
         """Hand `item` over and wait until it is taken (or the stream stops)."""
         while not self._stopping.is_set():
             try:
@@ -233,23 +271,50 @@ class _InflateAhead:
             self._taken.clear()
         return not self._stopping.is_set()
 
-    def read(self, size: int) -> bytes:
-        if not self._pending:
-            if self._done is not None:
-                if isinstance(self._done, BaseException):
-                    raise self._done
-                return b""
+    def _take(self) -> bool:
+        """The next block as the pending one; False at the end (raises the error handed over)."""
+        if self._done is None:
             item = self._queue.get()
             self._taken.set()
             if isinstance(item, BaseException) or not item:
                 self._done = item
-                return self.read(size)
-            self._pending = item
-        if size >= len(self._pending):
-            data, self._pending = self._pending, b""
+            else:
+                self._pending_block, n = item
+                self._pending = memoryview(self._pending_block)[:n]
+                return True
+        if isinstance(self._done, BaseException):
+            raise self._done
+        return False
+
+    def _consumed(self, k: int) -> None:
+        """`k` more bytes of the pending block were read: a block read whole goes back to the pool."""
+        self._pending = self._pending[k:]
+        if not self._pending:
+            self._pending.release()
+            self._pending = _EMPTY
+            if self._free is not None and isinstance(self._pending_block, bytearray):
+                self._free.put(self._pending_block)
+            self._pending_block = None
+
+    def read(self, size: int) -> bytes:
+        if not self._pending and not self._take():
+            return b""
+        k = min(size, len(self._pending))
+        block = self._pending_block
+        if self._free is None and k == len(block) and len(self._pending) == k:  # type: ignore[arg-type]
+            data = block  # the whole block, as inflated: no copy
         else:
-            data, self._pending = self._pending[:size], self._pending[size:]
-        return data
+            data = bytes(self._pending[:k])
+        self._consumed(k)
+        return data  # type: ignore[return-value]
+
+    def readinto(self, into: memoryview) -> int:
+        if not self._pending and not self._take():
+            return 0
+        k = min(len(into), len(self._pending))
+        into[:k] = self._pending[:k]
+        self._consumed(k)
+        return k
 
     def stop(self) -> None:
         self._stopping.set()
@@ -259,6 +324,24 @@ class _InflateAhead:
             except queue.Empty:
                 break
         self._thread.join()
+        if self._pending_block is not None:
+            self._pending.release()
+            self._pending, self._pending_block = _EMPTY, None
+
+
+def _readinto(stream: BinaryIO, into: memoryview) -> int:
+    """`stream.readinto(into)`, filled as far as the stream goes. A gzip file's own
+    `readinto` is io's generic one (it reads a new bytes object and copies it): its
+    buffered reader, when it has one, decompresses straight into `into`."""
+    inner = getattr(stream, "_buffer", None)  # igzip.IGzipFile (gzip.GzipFile): its io.BufferedReader
+    reader = inner if isinstance(inner, io.BufferedReader) else stream
+    done = 0
+    while done < len(into):
+        n = reader.readinto(into[done:])
+        if not n:
+            break
+        done += n
+    return done
 
 
 class TraceStream:
@@ -321,11 +404,15 @@ class TraceStream:
         self.inflated = 0
         self._head: bytes | None = None
         self._ahead: Optional[_InflateAhead] = None
+        self._pooled = False  # blocks inflated ahead into the stream's own buffers (`readinto`)
 
     @property
     def ahead_bytes(self) -> int:
-        """What this stream may hold inflated ahead of its reader (its reader charges it)."""
-        return AHEAD_BYTES if self._inflates_ahead() else 0
+        """What this stream may hold inflated ahead of its reader (its reader charges it):
+        two blocks for a reader that copies them out (`readinto`)."""
+        if not self._inflates_ahead():
+            return 0
+        return 2 * AHEAD_BYTES if self._pooled else AHEAD_BYTES
 
     def _inflates_ahead(self) -> bool:
         return self.compressed and INFLATE_AHEAD and self.file_bytes >= AHEAD_MIN_FILE_BYTES
@@ -343,14 +430,41 @@ class TraceStream:
         stays bounded by one block, and the limits are checked every block.
         """
         size = READ_SIZE if size < 0 else min(size, READ_SIZE)
-        if self._ahead is None and self._inflates_ahead():
-            # From the first read on, a thread inflates the next blocks while the caller
-            # works on this one (ISA-L and the native scanner both run without the GIL).
-            self._ahead = _InflateAhead(self._inner, self.inflation_limit - self.inflated)
+        self._start_ahead()
         if self._head:
             head, self._head = self._head, b""
             return head + self._read_raw(max(0, size - len(head)))
         return self._read_raw(size)
+
+    def readinto(self, into: memoryview) -> int:
+        """Decompressed bytes written into `into` (at most `READ_SIZE`), how many; 0 at the end.
+
+        For a reader that keeps its own buffers (`ChromeJsonReader`): no new bytes object
+        a block, and, for a gzip, the blocks inflated ahead into two buffers of the
+        stream's own (see `_InflateAhead`). The same limits as `read`."""
+        into = into[:READ_SIZE]
+        if self._ahead is None:
+            self._pooled = True
+        if self._head:
+            head = self.read(len(into))
+            into[:len(head)] = head
+            return len(head)
+        self._start_ahead()
+        size = min(len(into), max(self.inflation_limit - self.inflated, 0) + 1)
+        try:
+            n = self._ahead.readinto(into[:size]) if self._ahead is not None else _readinto(self._inner, into[:size])
+        except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
+            raise self._read_error(exc) from None
+        self.inflated += n
+        if self.inflated > self.inflation_limit:
+            raise self._limit_error()
+        return n
+
+    def _start_ahead(self) -> None:
+        if self._ahead is None and self._inflates_ahead():
+            # From the first read on, a thread inflates the next blocks while the caller
+            # works on this one (ISA-L and the native scanner both run without the GIL).
+            self._ahead = _InflateAhead(self._inner, self.inflation_limit - self.inflated, pooled=self._pooled)
 
     def _read_raw(self, size: int) -> bytes:
         # Ask for at most one byte past the limit: crossing it is seen at once,
@@ -359,12 +473,15 @@ class TraceStream:
         try:
             data = self._inner.read(size) if self._ahead is None else self._ahead.read(size)
         except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
-            kind = "corrupt or truncated gzip" if self.compressed else "read error"
-            raise TraceError(f"{kind} in {self.name}: {exc}") from None
+            raise self._read_error(exc) from None
         self.inflated += len(data)
         if self.inflated > self.inflation_limit:
             raise self._limit_error()
         return data
+
+    def _read_error(self, exc: BaseException) -> TraceError:
+        kind = "corrupt or truncated gzip" if self.compressed else "read error"
+        return TraceError(f"{kind} in {self.name}: {exc}")
 
     def _limit_error(self) -> InflationLimit:
         if self.ratio_limit is not None and self.ratio_limit < self.max_inflated_bytes:

@@ -39,6 +39,37 @@ def test_events_split_across_many_blocks_are_read_exactly_once(tmp_path: Path, b
     assert reader.container == "object" and not reader.truncated
 
 
+@pytest.mark.parametrize("block_size", [64, 300, 4096])
+def test_events_kept_as_views_of_the_buffer_outlive_the_blocks_after_them(tmp_path: Path, block_size: int) -> None:
+    # msgspec.Raw values are views of the text they were decoded from: the reader's own
+    # buffer. The reader writes each block into the buffer before the last one; a buffer
+    # still viewed must never be written over (a kept event would change under its holder).
+    evs = events(300)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    with TraceStream(p) as stream:
+        kept = [r for block in ChromeJsonReader(stream, block_size=block_size).blocks(raw_list) for r in block]
+    assert [json.loads(bytes(r)) for r in kept] == evs
+
+
+def test_a_reader_writes_its_blocks_into_two_buffers_in_turn(tmp_path: Path) -> None:
+    # A new buffer per block is 16 MB of fresh pages to fault in each block (see `_append`).
+    evs = events(2000)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    with TraceStream(p) as stream:
+        reader = ChromeJsonReader(stream, block_size=4096)
+        buffers = []
+        got = []
+        for block in reader.blocks(msgspec.json.Decoder(list[dict]).decode):
+            got.extend(block)
+            buffers.append(reader._buf)
+    assert got == evs
+    middle = buffers[1:-1]  # the first read and the end of the file make their own
+    assert len(middle) > 20 and len({id(b) for b in middle}) == 2
+    assert all(a is not b for a, b in zip(middle, middle[1:]))
+
+
 def test_trace_events_may_appear_anywhere_among_the_top_level_keys(tmp_path: Path) -> None:
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "}{,"}] * 50,
            "traceEvents": events(30), "traceName": "x", "stackFrames": {"1": {"name": "f"}}, "samples": [{"a": 1}] * 40}
