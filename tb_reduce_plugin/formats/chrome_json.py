@@ -38,6 +38,7 @@ from ..mapped import SpillFailed
 from ..model import clean_json_text
 from ..native import scanner_module
 from .block_store import BlockStore, Tier, TierBuilder, raw_list
+from .plain_text import PlainText
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
 
 log = logging.getLogger(__name__)
@@ -656,6 +657,11 @@ class ChromeJsonEvents:
         if store is not None:
             yield from store.events(indices)
             return
+        plain = self._in_place()
+        if plain is not None:  # a plain file: read where the events lie, nothing kept
+            with plain:
+                yield from plain.copy_events(*self._spans(indices))
+            return
         if self.positions is not None and store is None and self.store_dir is None:
             yield from self._copy(indices, progress, None)
             return
@@ -686,6 +692,14 @@ class ChromeJsonEvents:
                 builder.close(remove=True)
             if acquired:
                 self._building.release()
+
+    def _in_place(self) -> Optional[PlainText]:
+        """The file to read events from where they lie (`plain_text`): a plain file, indexed
+        with positions, still the version indexed; else None (a gzip, or a file appended to
+        or rewritten since: a whole pass then reads it, and its CRC decides)."""
+        if self.positions is None or self.identity is None or self.positions.text_bytes != self.identity.size:
+            return None
+        return PlainText.open(self.path, self.identity)
 
     def _spans(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where the events at `indices` start and end in the decompressed text."""
