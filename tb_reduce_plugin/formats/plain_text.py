@@ -13,7 +13,8 @@ Trust, as far as the index's own (`index.store` keys it by device, inode, size a
 the file is read in place only while its `fstat` is the version indexed, else the caller
 reads it in a whole pass whose CRC-32 decides (`ChromeJsonEvents._copy`: an append, a
 rewrite). A rewrite that keeps size and mtime (within one clock tick) is caught where an
-event read does not begin with `{` and end with `}`: `FileChanged`, never a wrong view.
+event read does not begin and end as a JSON value does (an object's `{` moved by a byte
+is a comma or a space): `FileChanged`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ from .sources import GZIP_MAGIC, FileIdentity, open_regular
 GAP_BYTES = 64 * 1024
 # At most this much is read at once (what a window's read holds at a time).
 RUN_BYTES = 8 << 20
+
+
+def _bytes_table(allowed: bytes) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[list(allowed)] = True
+    return table
+
+
+# The bytes a JSON value may begin and end with (an event is an object, `{…}`, but any
+# element of the event list is one: the reader keeps `7` or `"x"` as events too).
+_BEGINS = _bytes_table(b'{["-0123456789tfn')
+_ENDS = _bytes_table(b'}]"0123456789el')
 
 
 class PlainText:
@@ -78,8 +91,7 @@ class PlainText:
                 raise FileChanged(f"{self.name} cannot be read again ({exc.strerror or exc})") from None
             rel_starts, rel_ends = starts[a:b] - lo, ends[a:b] - lo
             text = np.frombuffer(data, dtype=np.uint8)
-            if len(data) != hi - lo or not (np.all(text[rel_starts] == ord("{"))
-                                           and np.all(text[rel_ends - 1] == ord("}"))):
+            if len(data) != hi - lo or not (_BEGINS[text[rel_starts]].all() and _ENDS[text[rel_ends - 1]].all()):
                 raise FileChanged(f"{self.name} changed since it was read (its events are not where they were)")
             del text
             yield [data[x:y] for x, y in zip(rel_starts.tolist(), rel_ends.tolist())]

@@ -127,3 +127,14 @@ def test_a_file_swapped_for_another_is_refused(tmp_path: Path) -> None:
     os.replace(tmp_path / "copy.json", p)  # the same bytes, another file
     with pytest.raises(FileChanged, match="changed since it was listed"):
         list(index.source.events(np.array([0])))
+
+
+def test_elements_of_the_event_list_that_are_not_objects_are_read_in_place_too(tmp_path: Path) -> None:
+    doc = [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": 1}, 7, "x", [1, 2], True, None, -3.5e2,
+           {"ph": "i", "name": "m", "ts": 2, "pid": 1, "tid": 1, "s": "g"}]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=2))
+    index = index_file(p)
+    got = [json.loads(r) for block in index.source.events(np.arange(index.events)) for r in block]
+    assert index.identity is not None and PlainText.open(str(p), index.identity) is not None
+    assert got == doc
