@@ -565,6 +565,29 @@ class EventPositions:
         return self.starts.nbytes + self.lengths.nbytes
 
 
+# A read with this many events asked for is made a bytes object whole, then sliced.
+_COPY_WHOLE_FROM = 1024
+
+
+class _TwoBuffers:
+    """Reads into two buffers in turn, each made once: a read's view stays valid until the
+    read after the next (`BlockStore.add_text` and the tier copy what they keep). A new
+    bytes object a read was 16 MB of fresh pages for the kernel to fault in, in the server
+    (see `ChromeJsonReader._read_after`); the inflating thread faulted them in instead,
+    as much system time as it took to inflate them, and it bounds this pass."""
+
+    def __init__(self, size: int) -> None:
+        self._buffers = [bytearray(size), bytearray(size)]
+        self._turn = 0
+
+    def read(self, stream: TraceStream) -> memoryview:
+        buf = self._buffers[self._turn]
+        self._turn ^= 1
+        with memoryview(buf) as into:
+            n = stream.readinto(into)
+        return memoryview(buf)[:n]
+
+
 class ChromeJsonEvents:
     """The original JSON bytes of a Chrome trace's events, by index.
 
@@ -607,11 +630,31 @@ class ChromeJsonEvents:
         # Which events the coarse tier holds (`block_store`): a mask of events a..b-1, set by
         # the server (`reduce.coarse_tier`); without it the store keeps the text alone.
         self.tier_rows: Optional[Callable[[int, int], np.ndarray]] = None
+        # The server's: a full pass copies the events asked for only, and `keep_store` builds
+        # the block store after it, on a thread of its own (the first view need not wait for
+        # the compression, 1.6 s of a 2 GiB trace's 9 here); a pass asked for meanwhile waits
+        # for that build rather than read the whole file once more.
+        self.defer_store = False
         self.positions = positions if positions is not None and len(positions.starts) == expected_events else None
 
     @property
     def has_store(self) -> bool:
         return self._store is not None
+
+    @property
+    def reads_cheaply(self) -> bool:
+        """Whether a few events cost a few small reads, not a pass over the whole file: kept
+        in a block store, or a plain file read where they lie (checked now: it may change)."""
+        if self._store is not None:
+            return True
+        try:
+            plain = self._in_place()
+        except TraceError:  # swapped or gone: the pass that reads it says so
+            return False
+        if plain is None:
+            return False
+        plain.close()
+        return True
 
     def adopt_blocks(self, path: str, offsets: np.ndarray, firsts: np.ndarray, tier: Optional[Tier] = None) -> None:
         """Read events from a block store kept before (`block_files` of an earlier run over
@@ -662,7 +705,13 @@ class ChromeJsonEvents:
             with plain:
                 yield from plain.copy_events(*self._spans(indices))
             return
-        if self.positions is not None and store is None and self.store_dir is None:
+        if self.positions is not None and self.defer_store and self._building.locked():
+            with self._building:  # being built (`keep_store`): waited for, then read from
+                store = self._store
+            if store is not None:
+                yield from store.copy_events(indices, *self._spans(indices))
+                return
+        if self.positions is not None and (self.store_dir is None or self.defer_store):
             yield from self._copy(indices, progress, None)
             return
         builder = None
@@ -677,21 +726,55 @@ class ChromeJsonEvents:
                 yield from self._copy(indices, progress, builder)
             else:
                 yield from self._stream(indices, progress, builder)
-            if builder is not None and not builder.failed:
-                builder.finish()
-                if not builder.failed:
-                    self._store, builder = builder, None
-                    if self.on_blocks is not None:
-                        try:
-                            self.on_blocks(*self.block_files())  # type: ignore[misc]
-                        except Exception as exc:  # keeping it is an optimisation: the pass succeeded
-                            log.warning("tb_reduce: the block store of %s could not be kept (%s)",
-                                        os.path.basename(self.path), str(exc))
+            if builder is not None:
+                builder = self._adopt(builder)
         finally:
             if builder is not None:  # failed, or the caller stopped early: not a whole store
                 builder.close(remove=True)
             if acquired:
                 self._building.release()
+
+    def _adopt(self, builder: BlockStore) -> Optional[BlockStore]:
+        """Read from the store a whole pass built from now on (and say so: `on_blocks`);
+        None once adopted, else the builder (it failed: the caller closes it)."""
+        if builder.failed:
+            return builder
+        builder.finish()
+        if builder.failed:
+            return builder
+        self._store = builder
+        if self.on_blocks is not None:
+            try:
+                self.on_blocks(*self.block_files())  # type: ignore[misc]
+            except Exception as exc:  # keeping it is an optimisation: the pass succeeded
+                log.warning("tb_reduce: the block store of %s could not be kept (%s)",
+                            os.path.basename(self.path), str(exc))
+        return None
+
+    def keep_store(self) -> bool:
+        """Build the block store now, in one full pass (the server's, after a first view:
+        `defer_store`); whether there is one after. A plain file needs none (`plain_text`).
+        Raises what the pass raises (the file changed since it was indexed, ...)."""
+        if self._store is not None:
+            return True
+        if self.positions is None or self.store_dir is None:
+            return False
+        plain = self._in_place()
+        if plain is not None:
+            plain.close()
+            return False
+        with self._building:
+            if self._store is not None:
+                return True
+            builder: Optional[BlockStore] = BlockStore(self.store_dir)
+            try:
+                for _ in self._copy(np.zeros(0, dtype=np.int64), None, builder):
+                    pass
+                builder = self._adopt(builder)  # type: ignore[arg-type]
+            finally:
+                if builder is not None:
+                    builder.close(remove=True)
+        return self._store is not None
 
     def _in_place(self) -> Optional[PlainText]:
         """The file to read events from where they lie (`plain_text`): a plain file, indexed
@@ -722,29 +805,33 @@ class ChromeJsonEvents:
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
         tier = self._tier_builder(builder)
         crc, left = 0, self.positions.text_bytes  # the text indexed, all of it: its CRC says it is the same
+        reads = _TwoBuffers(min(self.block_size, READ_SIZE))
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
             while left > 0 or builder is not None:
-                chunk = stream.read(self.block_size)
+                chunk = reads.read(stream)
                 if not chunk:
                     if k < n or left > 0:
                         raise FileChanged(f"{os.path.basename(self.path)} changed since it was read (it ends early)")
                     break
-                crc = isal_zlib.crc32(memoryview(chunk)[:left], crc) if left < len(chunk) else isal_zlib.crc32(chunk, crc)
+                crc = isal_zlib.crc32(chunk[:left], crc)
                 left -= min(left, len(chunk))
                 if builder is not None:
                     builder.add_text(chunk)  # its "events" are bytes: offsets, not indices
                 if tier is not None:
                     tier.take(chunk, base + len(buf))
-                buf = buf + chunk if buf else chunk
-                m = int(np.searchsorted(ends, base + len(buf), side="right"))
+                text: Any = buf + chunk if buf else chunk
+                m = int(np.searchsorted(ends, base + len(text), side="right"))
                 if m > k:
                     a, b = (starts[k:m] - base).tolist(), (ends[k:m] - base).tolist()
-                    yield [buf[x:y] for x, y in zip(a, b)]
+                    if isinstance(text, memoryview) and m - k < _COPY_WHOLE_FROM:
+                        yield [bytes(text[x:y]) for x, y in zip(a, b)]
+                    else:  # many events: slicing bytes is cheaper than a view each
+                        text = bytes(text)
+                        yield [text[x:y] for x, y in zip(a, b)]
                     k = m
-                drop = min(int(starts[k]) - base, len(buf)) if k < n else len(buf)
-                if drop > 0:
-                    buf, base = buf[drop:], base + drop
+                drop = min(int(starts[k]) - base, len(text)) if k < n else len(text)
+                buf, base = bytes(text[drop:]), base + drop  # a copy: the buffer is read into again
         if crc != self.positions.crc:  # rewritten in place since it was indexed
             if tier is not None:
                 tier.close()

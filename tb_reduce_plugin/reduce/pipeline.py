@@ -105,6 +105,8 @@ class TraceIndex:
     damaged: bool = field(default=False, repr=False)
     # Its window index has been asked for in the background (a server's `_settle_index`).
     window_index_asked: bool = field(default=False, repr=False)
+    # Its source's block store has been asked for in the background (a server's `_settle_index`).
+    store_asked: bool = field(default=False, repr=False)
 
     @property
     def events(self) -> int:

@@ -72,6 +72,9 @@ MAX_SCALAR_BODIES = 16  # encoded `scalars` answers kept (each version of a seri
 # small (a scalar, an image of a few MB); a hostile length cannot make the reader
 # allocate more than this.
 MAX_RECORD_BYTES = 32 * MB
+# What building a block store holds while it reads (`_keep_store`): the block read, the one
+# inflated ahead, the event across two reads, the coarse tier's gathering, at most.
+KEEP_STORE_BYTES = 64 * MB
 T = TypeVar("T")
 
 
@@ -139,6 +142,8 @@ class TraceService:
             store = IndexStore(index_dir, int(index_mb * MB) if index_mb else default_index_bytes(index_dir))
             self.store = store if store.usable else None
         self._writes = _Writer()
+        self._keepers: list[threading.Thread] = []  # building block stores (`_keep_store`)
+        self._keepers_lock = threading.Lock()
         self._work: dict[tuple, _Work] = {}  # file version -> what is being done to it now (`progress`)
         self._work_lock = threading.Lock()
         self.indexes: IndexCache[TraceIndex] = IndexCache(self.budget)
@@ -358,9 +363,15 @@ class TraceService:
 
         source.on_blocks = on_blocks  # holds no reference to the index: no cycle keeps it alive
         source.tier_rows = tier_rows_of(idx.table)  # (the table, not the index)
+        source.defer_store = source.positions is not None  # built after a first view (`_keep_store`)
 
     def wait_saved(self, timeout: Optional[float] = None) -> None:
-        """Wait for what was handed to the index store's writer so far (tests, benchmarks)."""
+        """Wait for what was handed to the index store's writer so far, and for the block
+        stores being built (which hand theirs to it when built) (tests, benchmarks)."""
+        with self._keepers_lock:
+            keepers = list(self._keepers)
+        for keeper in keepers:
+            keeper.join(timeout)
         self._writes.wait(timeout)
 
     def _readable(self, tf: TraceFile) -> tuple[str, FileIdentity]:
@@ -502,9 +513,41 @@ class TraceService:
             if not ready <= idx.prepared_kept:
                 idx.prepared_kept = idx.prepared_kept | ready
                 self._writes.put_for(idx, store.save_prepared)
+        source = idx.source
+        if isinstance(source, ChromeJsonEvents) and source.defer_store and not source.has_store and not idx.store_asked:
+            idx.store_asked = True  # once per index, on a thread of its own: not behind the writer's queue
+            keeper = threading.Thread(target=self._keep_store, args=(idx,), name="tb-reduce-keep-text", daemon=True)
+            try:
+                keeper.start()
+            except RuntimeError:  # no thread to be had: the next full pass builds it, as it reads
+                source.defer_store = False
+            else:
+                with self._keepers_lock:
+                    self._keepers = [t for t in self._keepers if t.is_alive()] + [keeper]
         if idx.table.scratch is not None and not idx.window_index_asked and not idx.prepared.ready("window_index"):
             idx.window_index_asked = True  # once per index: zooms into it then plan from the window index
             self._writes.put_for(idx, self._prepare_window_index)
+
+    def _keep_store(self, idx: TraceIndex) -> None:
+        """Build `idx`'s block store (`ChromeJsonEvents.keep_store`), after its first view:
+        the gzip's text compressed in chunks, so zooms inflate only the chunks they need,
+        kept beside the stored index too (`_keep_blocks_of`). Charged to the budget while
+        it reads (its buffers and the block inflated ahead); a budget held by requests, a
+        full disk or a file changed since leaves it unbuilt: the next full pass a request
+        makes builds it then, as it reads."""
+        source = idx.source
+        assert isinstance(source, ChromeJsonEvents)
+        try:
+            with self.budget.account(f"keeping the text of {os.path.basename(idx.path)}") as account:
+                account.charge(KEEP_STORE_BYTES, "reading the trace", wait_s=5.0)
+                source.keep_store()
+        except (TraceError, OSError, SpillFailed, MemoryError) as exc:
+            log.info("tb_reduce: the text of %s is not kept now (%s); the next full pass keeps it",
+                     os.path.basename(idx.path), str(exc))
+        finally:
+            if not source.has_store:
+                source.defer_store = False
+            release_free_memory()
 
     def _prepare_window_index(self, idx: TraceIndex) -> None:
         """Make `idx`'s window index (`reduction.prepare_window_index`) in the background,
@@ -767,10 +810,10 @@ class TraceService:
 
     def on_index(self, tf: TraceFile, fn: Callable[[TraceIndex], T]) -> T:
         """`fn` on the index of `tf` (a file as listed): at once when the index is in memory
-        and reads its events back cheaply (in memory, or one compressed block each), else
-        in a computation slot, parsing the file first if it must."""
+        and reads its events back cheaply (in memory, one compressed block each, or where they
+        lie in a plain file), else in a computation slot, parsing the file first if it must."""
         idx = self.warm_index(tf)
-        if idx is not None and getattr(idx.source, "has_store", True):
+        if idx is not None and getattr(idx.source, "reads_cheaply", True):
             try:
                 return self._intact_run(tf, idx, fn)
             except IndexDamaged:

@@ -1,0 +1,130 @@
+"""A gzip's text is kept (compressed in chunks) after its first view, not during it
+(`TraceService._keep_store`): the first view does not wait for the compression, a zoom
+asked while it is kept waits for it rather than read the whole file again, and a build
+that cannot run leaves the next full pass to keep it, as before."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from index_support import chrome_traces, stored_folder
+from plugin_support import require_corpus
+
+from tb_reduce_plugin.formats import chrome_json
+from tb_reduce_plugin.formats.chrome_json import ChromeJsonEvents
+from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.serve import service as service_module
+from tb_reduce_plugin.serve.service import TraceService
+
+
+@pytest.fixture()
+def gz_trace(tmp_path: Path) -> Path:
+    """A real PyTorch trace as gzip, whose events are read back by inflating."""
+    require_corpus()
+    src = max((p for p in chrome_traces() if p.name.endswith(".pt.trace.json.gz")), key=lambda p: p.stat().st_size)
+    dst = tmp_path / "logs" / "run" / src.name
+    dst.parent.mkdir(parents=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def host_of(path: Path) -> str:
+    return path.name[: -len(".pt.trace.json.gz")]
+
+
+def body(r) -> bytes:
+    data = r.body.read()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def whole_passes(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The passes over a whole file a source makes (each opens a `TraceStream`)."""
+    calls: list = []
+    original = chrome_json.TraceStream
+    monkeypatch.setattr(chrome_json, "TraceStream", lambda *a, **k: calls.append(a) or original(*a, **k))
+    return calls
+
+
+def a_window(service: TraceService, host: str) -> tuple[float, float]:
+    lo, hi = service.on_index(service.trace_file("run", host), lambda i: default_window(i.table))
+    return lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.45
+
+
+def expected(gz_trace: Path, tmp_path: Path, level: int, window: tuple) -> bytes:
+    fresh = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "fresh"))
+    fresh.store = None  # no index store, no deferring: one pass reads what the window needs
+    return body(fresh.reduction("run", host_of(gz_trace), level, *window))
+
+
+def test_the_first_view_does_not_wait_for_the_text_to_be_kept(gz_trace: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    go = threading.Event()
+    original = ChromeJsonEvents.keep_store
+
+    def held_back(self: ChromeJsonEvents) -> bool:
+        assert go.wait(30)
+        return original(self)
+
+    monkeypatch.setattr(ChromeJsonEvents, "keep_store", held_back)
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = host_of(gz_trace)
+    first = body(service.reduction("run", host, 2, None, None))  # answered while the keeping waits
+    source = service.warm_index(service.trace_file("run", host)).source
+    assert isinstance(source, ChromeJsonEvents) and source.defer_store and not source.has_store
+    go.set()
+    service.wait_saved()
+    assert source.has_store
+    folder = stored_folder(service.store, gz_trace)
+    assert (folder / "blocks.json").is_file() and (folder / "blocks.bin").stat().st_size > 0
+    window = a_window(service, host)
+    passes = whole_passes(monkeypatch)
+    zoom = body(service.reduction("run", host, 1, *window))
+    assert passes == []  # read from the kept chunks
+    assert zoom == expected(gz_trace, tmp_path, 1, window)
+    assert first == expected(gz_trace, tmp_path, 2, (None, None))
+
+
+def test_a_zoom_asked_while_the_text_is_kept_waits_for_it_instead_of_reading_the_file_again(
+        gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built, go = threading.Event(), threading.Event()
+    original = ChromeJsonEvents._adopt
+
+    def adopt_when_told(self: ChromeJsonEvents, builder):  # the pass is done; the store not yet adopted
+        built.set()
+        assert go.wait(30)
+        return original(self, builder)
+
+    monkeypatch.setattr(ChromeJsonEvents, "_adopt", adopt_when_told)
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = host_of(gz_trace)
+    passes = whole_passes(monkeypatch)
+    service.reduction("run", host, 2, None, None)
+    assert built.wait(30) and len(passes) == 2  # the first view's pass, and the keeping's
+    window = a_window(service, host)
+    out: dict = {}
+    zoom = threading.Thread(target=lambda: out.update(r=body(service.reduction("run", host, 1, *window))))
+    zoom.start()
+    zoom.join(0.5)
+    assert zoom.is_alive()  # waiting for the store being built
+    go.set()
+    zoom.join(30)
+    service.wait_saved()
+    assert len(passes) == 2 and out["r"] == expected(gz_trace, tmp_path, 1, window)
+
+
+def test_text_that_cannot_be_kept_now_is_kept_by_the_next_full_pass(gz_trace: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "KEEP_STORE_BYTES", 1 << 50)  # more than any budget: refused
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = host_of(gz_trace)
+    service.reduction("run", host, 2, None, None)
+    service.wait_saved()
+    source = service.warm_index(service.trace_file("run", host)).source
+    assert not source.has_store and not source.defer_store
+    window = a_window(service, host)
+    zoom = body(service.reduction("run", host, 1, *window))  # a full pass, keeping the text as it reads
+    assert source.has_store and zoom == expected(gz_trace, tmp_path, 1, window)
