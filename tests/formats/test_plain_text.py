@@ -17,12 +17,16 @@ from index_support import CORPUS, reductions
 from tb_reduce_plugin.errors import FileChanged
 from tb_reduce_plugin.formats import chrome_json, plain_text
 from tb_reduce_plugin.formats.plain_text import PlainText
+from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window
 from tests.table_equality import native
 
 TORCH = next(iter(sorted((CORPUS / "generated").glob("torch_cpu_cnn_small/*.pt.trace.json"))), None)
 needs_torch_trace = pytest.mark.skipif(TORCH is None, reason="the corpus's plain torch trace is not here")
+# Where each event lies is noted by the native scanner; without it (the pure build) a plain
+# file's events are read in a whole pass, as a gzip's are.
+needs_positions = pytest.mark.skipif(scanner_module() is None, reason="no event positions without the native scanner")
 
 
 def events(n: int) -> list[dict]:
@@ -38,6 +42,7 @@ def whole_passes(monkeypatch: pytest.MonkeyPatch) -> list:
     return calls
 
 
+@needs_positions
 def test_a_plain_trace_gives_its_events_from_where_they_lie_and_keeps_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     evs = events(3000)
@@ -70,6 +75,7 @@ def test_reads_of_any_gap_and_length_give_the_same_events(tmp_path: Path, monkey
 
 
 @needs_torch_trace
+@needs_positions
 def test_views_of_a_real_plain_trace_read_in_place_are_those_of_a_fresh_pure_pass(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with native(False):
@@ -105,6 +111,7 @@ def test_a_file_appended_to_since_is_read_whole_and_gives_the_indexed_events(
     assert len(passes) == 1  # not the version indexed: the whole pass, whose CRC decides
 
 
+@needs_positions
 def test_a_file_rewritten_in_place_with_its_size_and_mtime_kept_is_refused_not_misread(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
     p.write_text(json.dumps(events(300)))
