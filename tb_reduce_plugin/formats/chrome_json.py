@@ -569,25 +569,6 @@ class EventPositions:
 _COPY_WHOLE_FROM = 1024
 
 
-class _TwoBuffers:
-    """Reads into two buffers in turn, each made once: a read's view stays valid until the
-    read after the next (`BlockStore.add_text` and the tier copy what they keep). A new
-    bytes object a read was 16 MB of fresh pages for the kernel to fault in, in the server
-    (see `ChromeJsonReader._read_after`); the inflating thread faulted them in instead,
-    as much system time as it took to inflate them, and it bounds this pass."""
-
-    def __init__(self, size: int) -> None:
-        self._buffers = [bytearray(size), bytearray(size)]
-        self._turn = 0
-
-    def read(self, stream: TraceStream) -> memoryview:
-        buf = self._buffers[self._turn]
-        self._turn ^= 1
-        with memoryview(buf) as into:
-            n = stream.readinto(into)
-        return memoryview(buf)[:n]
-
-
 class ChromeJsonEvents:
     """The original JSON bytes of a Chrome trace's events, by index.
 
@@ -805,11 +786,10 @@ class ChromeJsonEvents:
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
         tier = self._tier_builder(builder)
         crc, left = 0, self.positions.text_bytes  # the text indexed, all of it: its CRC says it is the same
-        reads = _TwoBuffers(min(self.block_size, READ_SIZE))
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
             while left > 0 or builder is not None:
-                chunk = reads.read(stream)
+                chunk = stream.read_view(self.block_size)  # valid until the next read: what is kept is copied
                 if not chunk:
                     if k < n or left > 0:
                         raise FileChanged(f"{os.path.basename(self.path)} changed since it was read (it ends early)")
@@ -831,7 +811,7 @@ class ChromeJsonEvents:
                         yield [text[x:y] for x, y in zip(a, b)]
                     k = m
                 drop = min(int(starts[k]) - base, len(text)) if k < n else len(text)
-                buf, base = bytes(text[drop:]), base + drop  # a copy: the buffer is read into again
+                buf, base = bytes(text[drop:]), base + drop  # a copy: the stream reads into that memory again
         if crc != self.positions.crc:  # rewritten in place since it was indexed
             if tier is not None:
                 tier.close()

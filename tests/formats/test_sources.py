@@ -514,3 +514,37 @@ def test_a_stream_closed_after_one_block_stops_and_joins_its_inflating_thread(mu
         assert s.read() == text[:READ_SIZE]
         assert _inflate_threads()  # it is inflating the next block meanwhile
     assert not _inflate_threads()
+
+
+# ---- reads into the stream's own buffers (`readinto`, `read_view`) ---------------------------
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+@pytest.mark.parametrize("compressed", [True, False])
+def test_readinto_and_read_view_give_the_bytes_read_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          ahead: bool, compressed: bool) -> None:
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)  # many blocks
+    monkeypatch.setattr(sources, "AHEAD_MIN_FILE_BYTES", 0 if ahead else 1 << 40)
+    data = np.random.default_rng(3).integers(0, 64, 1_000_003, dtype=np.uint8).tobytes()
+    p = tmp_path / ("t.json.gz" if compressed else "t.json")
+    p.write_bytes(gzip.compress(data, 1) if compressed else data)
+    with TraceStream(p) as s:
+        read = b"".join(iter(lambda: s.read(50_000), b""))
+    got_into, got_views = bytearray(), []
+    with TraceStream(p) as s:
+        into = bytearray(70_000)
+        while n := s.readinto(memoryview(into)):
+            got_into += into[:n]
+    with TraceStream(p) as s:
+        while view := s.read_view(30_000):
+            got_views.append(bytes(view))  # a view holds only until the next read: copied
+    assert read == data and bytes(got_into) == data and b"".join(got_views) == data
+
+
+def test_a_gzip_bomb_read_by_views_is_refused_at_the_same_byte(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.json.gz"
+    gzip_bomb(bomb)
+    with TraceStream(bomb) as s, pytest.raises(InflationLimit):
+        while s.read_view():
+            pass
+    assert s.inflated == int(DEFAULT_MAX_RATIO * bomb.stat().st_size) + 1
