@@ -15,17 +15,14 @@ Reference: ISA-L inflating the same file in the same run (`floor`).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from isal import igzip
+from trees_support import linked_logdir, run_in
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,13 +38,6 @@ t = time.perf_counter(); s.wait_saved(); kept = time.perf_counter() - t
 print(json.dumps({"view": view, "kept": kept, **{k: r.stats["timings_s"][k] for k in ("index", "plan", "write")},
                   "digest": hashlib.sha256(body).hexdigest()}))
 """
-
-
-def run(tree: Path, logs: Path, cache: Path, host: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(logs), str(cache), host], cwd=tree, env=env,
-                         check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def floor(path: Path) -> float:
@@ -70,23 +60,16 @@ def main() -> int:
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-first-view-"))
     try:
-        logdir = work / "logs" / "run"
-        logdir.mkdir(parents=True)
-        local = logdir / args.trace.name
-        try:
-            os.link(args.trace, local)  # the same file, not a copy of gigabytes
-        except OSError:
-            shutil.copyfile(args.trace, local)
-        host = args.trace.name.split(".pt.trace.json")[0].split(".trace.json")[0].split(".json")[0]
+        logs, host = linked_logdir(args.trace, work)
         got: dict = {name: [] for name in trees}
         floors = []
         for i in range(args.n):
-            floors.append(floor(local))
+            floors.append(floor(logs / "run" / args.trace.name))
             digests = set()
             for name, tree in trees.items():
                 cache = work / f"cache-{name}-{i}"
                 try:
-                    r = run(tree, work / "logs", cache, host)
+                    r = run_in(tree, CHILD, logs, cache, host)
                 finally:
                     shutil.rmtree(cache, ignore_errors=True)
                 got[name].append(r)

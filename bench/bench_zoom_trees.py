@@ -16,14 +16,13 @@ ratios; the bodies of the two trees are compared (a change of speed, never of ou
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from trees_support import linked_logdir, run_in
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,13 +47,6 @@ print(json.dumps({"request": took, "plan": r.stats["timings_s"]["plan"], "write"
 """
 
 
-def run(tree: Path, *args: object) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], cwd=tree, env=env, check=True,
-                         capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path)
@@ -65,17 +57,10 @@ def main() -> int:
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
     try:
-        logdir = work / "logs" / "run"
-        logdir.mkdir(parents=True)
-        local = logdir / args.trace.name
-        try:
-            os.link(args.trace, local)  # the same file, not a copy of gigabytes
-        except OSError:
-            shutil.copyfile(args.trace, local)
-        host = args.trace.name.split(".pt.trace.json")[0].split(".trace.json")[0].split(".json")[0]
+        logs, host = linked_logdir(args.trace, work)
         filled = {}
         for name, tree in trees.items():
-            filled[name] = run(tree, work / "logs", work / f"cache-{name}", host, 0, 0)
+            filled[name] = run_in(tree, CHILD, logs, work / f"cache-{name}", host, 0, 0)
             print(f"{name:10s} first view {filled[name]['view']:.1f} s, then kept {filled[name]['saved']:.1f} s",
                   flush=True)
         rows = []
@@ -88,7 +73,7 @@ def main() -> int:
                     copy = work / "restarted"
                     subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
                     try:
-                        r = run(tree, work / "logs", copy, host, at, width)
+                        r = run_in(tree, CHILD, logs, copy, host, at, width)
                     finally:
                         shutil.rmtree(copy, ignore_errors=True)
                     got[name].append(r)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from pathlib import Path
 
 from conftest import ROOT
@@ -25,6 +26,16 @@ def chrome_traces() -> list[Path]:
         return []
     return sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
                   and "rocprof" not in p.name)
+
+
+def copied_gz_trace(tmp_path: Path) -> Path:
+    """The corpus's largest real PyTorch trace as gzip (its events are read back by
+    inflating), copied to `tmp_path/logs/run/` (the caller checks the corpus is there)."""
+    src = max((p for p in chrome_traces() if p.name.endswith(".pt.trace.json.gz")), key=lambda p: p.stat().st_size)
+    dst = tmp_path / "logs" / "run" / src.name
+    dst.parent.mkdir(parents=True)
+    shutil.copyfile(src, dst)
+    return dst
 
 
 def reduced(index, level, window=(None, None)) -> bytes:

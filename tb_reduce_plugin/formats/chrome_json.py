@@ -93,14 +93,15 @@ class ChromeJsonReader:
 
     def __init__(self, stream: TraceStream, block_size: int = READ_SIZE, account: Any = None) -> None:
         # Charged for the buffer (twice its size: the one before is kept to be written
-        # over, see `_append`) and, while a block is decoded and used, for its decoded
+        # over, see `_read_after`) and, while a block is decoded and used, for its decoded
         # events (see `budget`).
         self._account = account
         self._buffer_charge = 0
         self._stream = stream
         self._block = block_size
         self._buf = bytearray()
-        self._spare: Optional[bytearray] = None  # the buffer before this one, reused by `_append`
+        self._spare: Optional[bytearray] = None  # the buffer before this one, reused by `_read_after`
+        self._short = False  # the last read returned less than it asked for
         self._pos = 0
         self._eof = False
         self._checked = False  # the unread buffer holds no undecodable text (see `_sanitize`)
@@ -159,7 +160,9 @@ class ChromeJsonReader:
         one is made instead."""
         old = self._buf
         tail = len(old) - keep
-        size = min(size, READ_SIZE)
+        size = min(size, READ_SIZE, self._stream.size_hint())
+        if self._short:  # the read before returned less than asked: most likely the end is next
+            size = min(size, 1 << 16)
         buf = self._spare
         self._spare = None
         try:
@@ -179,6 +182,7 @@ class ChromeJsonReader:
             self.crc = isal_zlib.crc32(into[tail:tail + n], self.crc)  # ~20 ms a GB: what a later pass must find again
         if n < size:
             del buf[tail + n:]
+        self._short = n < size
         self.read_bytes += n
         self._buf, self._spare = buf, old
         return n

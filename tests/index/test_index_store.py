@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TESTS
-from index_support import CORPUS, _resum, chrome_traces, identity, reduced, stored_folder
+from index_support import CORPUS, _resum, chrome_traces, copied_gz_trace, identity, reduced, stored_folder
 from plugin_support import require_corpus
 
 from tb_reduce_plugin.errors import TraceError
@@ -329,13 +329,9 @@ def test_a_restarted_tensorboard_answers_a_new_window_from_the_stored_index(tmp_
 
 @pytest.fixture()
 def gz_trace(tmp_path) -> Path:
-    """A real PyTorch trace as gzip (the demo's CPU CNN), whose events are read back by inflating."""
+    """A real PyTorch trace as gzip, whose events are read back by inflating."""
     require_corpus()
-    src = max((p for p in chrome_traces() if p.name.endswith(".pt.trace.json.gz")), key=lambda p: p.stat().st_size)
-    dst = tmp_path / "logs" / "run" / src.name
-    dst.parent.mkdir(parents=True)
-    shutil.copyfile(src, dst)
-    return dst
+    return copied_gz_trace(tmp_path)
 
 
 def _served_once(logdir: Path, cache: Path, host: str) -> TraceService:

@@ -6,12 +6,11 @@ that cannot run leaves the next full pass to keep it, as before."""
 from __future__ import annotations
 
 import gzip
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
-from index_support import chrome_traces, stored_folder
+from index_support import copied_gz_trace, stored_folder
 from plugin_support import require_corpus
 
 from tb_reduce_plugin.formats import chrome_json
@@ -27,14 +26,10 @@ pytestmark = pytest.mark.skipif(scanner_module() is None, reason="no event posit
 
 
 @pytest.fixture()
-def gz_trace(tmp_path: Path) -> Path:
+def gz_trace(tmp_path) -> Path:
     """A real PyTorch trace as gzip, whose events are read back by inflating."""
     require_corpus()
-    src = max((p for p in chrome_traces() if p.name.endswith(".pt.trace.json.gz")), key=lambda p: p.stat().st_size)
-    dst = tmp_path / "logs" / "run" / src.name
-    dst.parent.mkdir(parents=True)
-    shutil.copyfile(src, dst)
-    return dst
+    return copied_gz_trace(tmp_path)
 
 
 def host_of(path: Path) -> str:
