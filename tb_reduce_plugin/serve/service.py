@@ -541,7 +541,7 @@ class TraceService:
             with self.budget.account(f"keeping the text of {os.path.basename(idx.path)}") as account:
                 account.charge(KEEP_STORE_BYTES, "reading the trace", wait_s=5.0)
                 source.keep_store()
-        except (TraceError, OSError, SpillFailed, MemoryError) as exc:
+        except Exception as exc:  # an optimisation: never a thread's traceback, the passes go on as before
             log.info("tb_reduce: the text of %s is not kept now (%s); the next full pass keeps it",
                      os.path.basename(idx.path), str(exc))
         finally:
