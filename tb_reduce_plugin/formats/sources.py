@@ -22,7 +22,7 @@ import stat
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 from isal import igzip, isal_zlib
 
@@ -475,15 +475,12 @@ class TraceStream:
             into[:len(head)] = head
             return len(head)
         self._start_ahead()
-        size = min(len(into), max(self.inflation_limit - self.inflated, 0) + 1)
-        try:
-            n = self._ahead.readinto(into[:size]) if self._ahead is not None else _readinto(self._inner, into[:size])
-        except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
-            raise self._read_error(exc) from None
-        self.inflated += n
-        if self.inflated > self.inflation_limit:
-            raise self._limit_error()
-        return n
+        ahead = self._ahead
+
+        def read(k: int) -> memoryview:
+            return into[:ahead.readinto(into[:k]) if ahead is not None else _readinto(self._inner, into[:k])]
+
+        return len(self._counted(read, len(into)))
 
     def size_hint(self) -> int:
         """At most how many bytes one read may still return, as far as is known cheaply: what
@@ -507,21 +504,16 @@ class TraceStream:
         if self._head:
             return memoryview(self.read(size))
         self._start_ahead()
-        size = min(size, max(self.inflation_limit - self.inflated, 0) + 1)
-        try:
-            if self._ahead is not None:
-                view = self._ahead.borrow(size)
-            else:
-                if self._own is None or len(self._own) < min(size, self.size_hint()):
-                    self._own = bytearray(min(size, self.size_hint()))
-                whole = memoryview(self._own)
-                view = whole[:_readinto(self._inner, whole[:size])]
-        except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
-            raise self._read_error(exc) from None
-        self.inflated += len(view)
-        if self.inflated > self.inflation_limit:
-            raise self._limit_error()
-        return view
+        if self._ahead is not None:
+            return self._counted(self._ahead.borrow, size)
+
+        def read(k: int) -> memoryview:
+            if self._own is None or len(self._own) < min(k, self.size_hint()):
+                self._own = bytearray(min(k, self.size_hint()))
+            whole = memoryview(self._own)
+            return whole[:_readinto(self._inner, whole[:k])]
+
+        return self._counted(read, size)
 
     def _start_ahead(self) -> None:
         if self._ahead is None and self._inflates_ahead():
@@ -530,11 +522,15 @@ class TraceStream:
             self._ahead = _InflateAhead(self._inner, self.inflation_limit - self.inflated, pooled=self._pooled)
 
     def _read_raw(self, size: int) -> bytes:
-        # Ask for at most one byte past the limit: crossing it is seen at once,
-        # without inflating the excess.
+        return self._counted(self._inner.read if self._ahead is None else self._ahead.read, size)
+
+    def _counted(self, read: Callable[[int], Any], size: int) -> Any:
+        """`read(size)` asked for at most one byte past the inflation limit (crossing it is
+        seen at once, without inflating the excess), its read errors as `TraceError`, and
+        what it gave counted against the limit (`InflationLimit` past it)."""
         size = min(size, max(self.inflation_limit - self.inflated, 0) + 1)
         try:
-            data = self._inner.read(size) if self._ahead is None else self._ahead.read(size)
+            data = read(size)
         except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:
             raise self._read_error(exc) from None
         self.inflated += len(data)
