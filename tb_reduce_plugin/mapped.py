@@ -72,6 +72,11 @@ def spill_or_fail() -> Iterator[None]:
         _strict.on = before
 
 
+def spilling_strictly() -> bool:
+    """Whether this thread is inside `spill_or_fail` (a thread it starts is not, unless told)."""
+    return bool(getattr(_strict, "on", False))
+
+
 def _memory_instead(what: str, folder: str) -> None:
     """Where a write into `folder` failed: go on in memory, unless `spill_or_fail` is on."""
     if getattr(_strict, "on", False):

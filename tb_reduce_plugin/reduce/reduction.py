@@ -15,9 +15,11 @@ maxima and boundary look-ups single numpy calls over all tracks at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
@@ -26,8 +28,9 @@ import numpy as np
 from .. import slices as slices_module
 from ..errors import TraceError
 from ..index.prepared import prepared_of
-from ..mapped import Appended, scratch_array, spill
+from ..mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly
 from ..model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable, ph_in
+from ..scan_halves import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
 from .busy import digits_of, group_busy
@@ -258,6 +261,75 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
             return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep)
     sl = slices_of(t)
     st = _static(t, sl)
+    whole = start_us is None and end_us is None
+    with _binding_ahead(t, sl, wanted=level != 0 or not whole):
+        return _plan_table(t, sl, st, level, t0, t1, whole, resolution, grow, max_keep)
+
+
+@contextlib.contextmanager
+def _binding_ahead(t: EventTable, sl: SliceTable, wanted: bool) -> Iterator[None]:
+    """For the length of a `with`: the table's flow binding (`_flow_binding`) made on a
+    second core, when it is wanted, not made yet, and the process may use two cores.
+
+    It is level- and window-independent prepared state, and the plan of the whole table
+    needs it only at its end (`_flow_keep`); making it meanwhile, beside the fold of the
+    slices, counters and instants, overlaps the two (numpy lets go of the GIL in its sorts,
+    searches and gathers): the binding was ~40 % of a 2 GiB trace's first plan, on one core
+    while the other was idle. `_flow_keep` waits for it (the lock below); an error it met is
+    raised there, as if met there. Leaving the `with` waits for it too: nothing is still
+    writing the table's scratch folder once the plan is over, whatever ended it."""
+    prep = prepared_of(t)
+    if not wanted or prep.flow_binding is not None or usable_cores() < 2:
+        yield
+        return
+    ahead = _BindingAhead(t, sl, strict=spilling_strictly())
+    try:
+        ahead.worker.start()
+    except RuntimeError:  # a process out of threads: the plan makes it itself, as on one core
+        yield
+        return
+    _ahead[id(prep)] = ahead
+    try:
+        yield
+    finally:
+        ahead.worker.join()
+        _ahead.pop(id(prep), None)
+
+
+class _BindingAhead:
+    """A flow binding being made on a thread of its own (`_binding_ahead`)."""
+
+    def __init__(self, t: EventTable, sl: SliceTable, strict: bool) -> None:
+        self.done = threading.Event()
+        self.failed: list[BaseException] = []
+        self.worker = threading.Thread(target=self._make, args=(t, sl, strict), name="tb-reduce-flow-binding",
+                                       daemon=True)
+
+    def _make(self, t: EventTable, sl: SliceTable, strict: bool) -> None:
+        try:
+            with spill_or_fail() if strict else contextlib.nullcontext():  # as strict as the plan's thread
+                _flow_binding(t, sl)
+        except BaseException as exc:  # raised by the plan's thread, where it waits
+            self.failed.append(exc)
+        finally:
+            self.done.set()
+
+    def wait(self) -> None:
+        """Until it is made (or failed: its error raised here), unless called by its own thread."""
+        if threading.current_thread() is not self.worker:
+            self.done.wait()
+            if self.failed:
+                raise self.failed[0]
+
+
+# Flow bindings being made by `_binding_ahead`, by the id of their table's prepared state:
+# what `_flow_binding` waits for rather than making the same again.
+_ahead: dict[int, _BindingAhead] = {}
+
+
+def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: float, t1: float, whole: bool,
+                resolution: Optional[int], grow: Optional[Grow], max_keep: Optional[int]) -> Optional[Plan]:
+    """`plan_within` over the whole table (every event tested against the window)."""
     has_ts = st.has_ts
     in_window = np.empty(len(t), dtype=bool)  # per-event flags made a chunk at a time: no temporaries per event
     for c in _event_chunks(len(t)):
@@ -267,7 +339,6 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
 
     keep = np.array(st.always)
     if level == 0:
-        whole = start_us is None and end_us is None
         for c in _event_chunks(len(t)):
             keep[c] |= ~has_ts[c] | (in_window[c] & ~ph_in(np.asarray(t.ph[c]), (PH_X, PH_B, PH_E)))
         keep[sl.event[overlaps]] = True
@@ -933,6 +1004,9 @@ def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
     chunk, not ~60 B a slice and ~90 B a flow event (1.8 GB for a 50 M-event trace). The
     result is the same as sorting every slice and every flow at once."""
     prep = prepared_of(t)
+    ahead = _ahead.get(id(prep))
+    if ahead is not None:
+        ahead.wait()  # being made on another core (`_binding_ahead`)
     if prep.flow_binding is not None:
         return prep.flow_binding
     folder = t.scratch  # the per-slice arrays beside the table's columns, if it has a folder for them

@@ -1,0 +1,109 @@
+"""A plan of the whole table makes the flow binding on a second core while it folds the
+slices (`reduction._binding_ahead`): the same plans as on one core, the same binding, an
+error met there raised by the plan, and no thread left behind whatever ended the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+from tb_reduce_plugin.budget import OverBudget
+from tb_reduce_plugin.index.prepared import prepared_of
+from tb_reduce_plugin.reduce import reduction
+
+WORKER = "tb-reduce-flow-binding"
+
+
+def fresh(t):
+    """The table with no flow binding prepared yet (what the thread makes)."""
+    prepared_of(t).flow_binding = None
+    return t
+
+
+def plan_fields(p: reduction.Plan) -> list:
+    out = [p.level, p.resolution, p.t0, p.t1, p.keep]
+    out += [getattr(p.summaries, f.name) for f in dataclasses.fields(p.summaries)]
+    return out
+
+
+def same(a: list, b: list) -> bool:
+    return all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b))
+
+
+@pytest.fixture()
+def flowing(oracle_tables) -> list:
+    found = [(name, t) for name, t in oracle_tables if (t.flow_key >= 0).any()]
+    assert len(found) >= 3
+    return found
+
+
+def binding_threads(monkeypatch) -> list[str]:
+    """The names of the threads that make a flow binding from now on."""
+    made, inner = [], reduction._flow_binding
+
+    def recording(t, sl):
+        if prepared_of(t).flow_binding is None:
+            made.append(threading.current_thread().name)
+        return inner(t, sl)
+
+    monkeypatch.setattr(reduction, "_flow_binding", recording)
+    return made
+
+
+def test_plans_made_with_the_binding_on_a_second_core_equal_those_made_on_one(flowing, monkeypatch) -> None:
+    made = binding_threads(monkeypatch)
+    for name, t in flowing:
+        d0, d1 = reduction.default_window(t)
+        asks = [(2, None, None), (4, None, None), (0, d0, d0 + (d1 - d0) / 3), (2, d0, (d0 + d1) / 2)]
+        for level, a, b in asks:
+            monkeypatch.setattr(reduction, "usable_cores", lambda: 1)
+            one = plan_fields(reduction.plan(fresh(t), level, a, b))
+            binding_one = prepared_of(t).flow_binding
+            monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+            two = plan_fields(reduction.plan(fresh(t), level, a, b))
+            assert same(one, two), (name, level, a, b)
+            got = prepared_of(t).flow_binding
+            for f in ("fidx", "forder", "order", "sstart", "send"):
+                assert np.array_equal(getattr(got, f), getattr(binding_one, f)), (name, f)
+    assert WORKER in made and "MainThread" in made  # both ways were taken
+    assert not [th for th in threading.enumerate() if th.name == WORKER]
+
+
+def test_an_error_met_making_the_binding_ahead_is_raised_by_the_plan(flowing, monkeypatch) -> None:
+    name, t = flowing[0]
+
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+    monkeypatch.setattr(reduction, "_flow_events", failing)
+    with pytest.raises(OSError, match="No space left"):
+        reduction.plan(fresh(t), 2)
+    assert not [th for th in threading.enumerate() if th.name == WORKER]
+    monkeypatch.undo()
+    assert reduction.plan(fresh(t), 2).events > 0  # nothing half-made was kept: the next plan makes it
+
+
+def test_a_plan_stopped_by_its_budget_leaves_no_thread_writing_behind_it(flowing, monkeypatch) -> None:
+    name, t = flowing[0]
+    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+    started = threading.Event()
+    inner = reduction._flow_events
+
+    def slow(*args, **kwargs):
+        started.set()
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(reduction, "_flow_events", slow)
+
+    def grow(n: int) -> None:
+        started.wait(10)
+        raise OverBudget("over the budget (test)")
+
+    with pytest.raises(OverBudget):
+        reduction.plan(fresh(t), 2, grow=grow)
+    assert not [th for th in threading.enumerate() if th.name == WORKER]
+    assert prepared_of(t).flow_binding is not None  # made to its end, waited for, kept
