@@ -177,6 +177,10 @@ class BoundedReader(io.RawIOBase):
 # current one (TB_REDUCE_INFLATE_AHEAD=0 turns it off, for side-by-side benchmarks).
 INFLATE_AHEAD = os.environ.get("TB_REDUCE_INFLATE_AHEAD", "1") != "0"
 AHEAD_BYTES = READ_SIZE  # what inflating ahead holds besides the reader's own block, at most
+# Bytes kept free before each block inflated into the stream's own buffers: a reader given the
+# buffer itself (`TraceStream.lend`) writes there what it kept of the block before (the start of
+# an event cut by the block's edge) instead of copying the block after it.
+LEND_ROOM = 1 << 20
 # A gzip smaller than this inflates to a few blocks at most: no thread, and no block charged for it.
 AHEAD_MIN_FILE_BYTES = 1 << 20
 
@@ -200,7 +204,9 @@ class _InflateAhead:
     Each block in a new bytes object was 16 MB of fresh pages for the kernel to fault in
     and zero (the server allocates 16 MB by mmap: `budget.return_large_blocks`): ~4,100
     faults a block, as much system time on this thread as inflating took. Then two
-    blocks are held (`AHEAD_BYTES` twice), and the consumer holds none.
+    blocks are held (`AHEAD_BYTES` twice), and the consumer holds none. Or it is lent a
+    block's buffer whole (`lend`: the block inflated after `LEND_ROOM` free bytes) and gives
+    the buffer back once done with it (`give_back`): not a byte copied.
     """
 
     def __init__(self, inner: BinaryIO, allowed: int, pooled: bool = False) -> None:
@@ -211,6 +217,7 @@ class _InflateAhead:
         self._taken = threading.Event()
         self._pending = _EMPTY  # what the consumer has not read yet of the block it took
         self._pending_block: Optional[bytes | bytearray] = None  # that block
+        self._whole = False  # nothing of it read yet
         self._lent: Optional[bytes | bytearray] = None  # a block read whole as a view (`borrow`)
         self._done: Optional[BaseException | bytes] = None  # b"" at the end, or the error
         self._free: Optional[queue.Queue] = None
@@ -250,11 +257,11 @@ class _InflateAhead:
             if self._stopping.is_set():
                 return None
             try:
-                buf = self._free.get(timeout=0.05) or bytearray(READ_SIZE)
+                buf = self._free.get(timeout=0.05) or bytearray(LEND_ROOM + READ_SIZE)
             except queue.Empty:
                 continue
         with memoryview(buf) as into:
-            n = _readinto(self._inner, into[:want])
+            n = _readinto(self._inner, into[LEND_ROOM:LEND_ROOM + want])
         if not n:
             self._free.put(buf)
         return buf, n
@@ -281,7 +288,9 @@ class _InflateAhead:
                 self._done = item
             else:
                 self._pending_block, n = item
-                self._pending = memoryview(self._pending_block)[:n]
+                at = LEND_ROOM if self._free is not None else 0
+                self._pending = memoryview(self._pending_block)[at:at + n]
+                self._whole = True
                 return True
         if isinstance(self._done, BaseException):
             raise self._done
@@ -289,6 +298,7 @@ class _InflateAhead:
 
     def _consumed(self, k: int) -> None:
         """`k` more bytes of the pending block were read: a block read whole goes back to the pool."""
+        self._whole = False
         self._pending = self._pending[k:]
         if not self._pending:
             self._pending.release()
@@ -312,11 +322,45 @@ class _InflateAhead:
             return _EMPTY
         k = min(size, len(self._pending))
         view = self._pending[:k]
+        self._whole = False
         self._pending = self._pending[k:]
         if not self._pending:
             self._pending = _EMPTY
             self._lent, self._pending_block = self._pending_block, None
         return view
+
+    def lend(self, size: int) -> Optional[memoryview]:
+        """The next block, if it is whole and at most `size` bytes, as a view of the buffer it
+        was inflated into (after `LEND_ROOM` free bytes); its buffer is the caller's from now
+        on, until `give_back`. None when there is no such block (read it otherwise); an empty
+        view at the end."""
+        self._return_lent()
+        if self._free is None:
+            return None
+        if not self._pending and not self._take():
+            return _EMPTY
+        block = self._pending_block
+        if not self._whole or not isinstance(block, bytearray) or len(self._pending) > size:
+            return None  # not a whole block of the pool (read partly already), or more than asked
+        view = self._pending
+        self._pending, self._pending_block = _EMPTY, None
+        return view
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer `lend` gave, for the pool to inflate into again: unless a view of it is
+        still alive (its size cannot change then: a new one is made instead)."""
+        if self._free is None:
+            return
+        try:
+            buf.append(0)  # refused (BufferError) while a view of it is alive
+        except BufferError:
+            self._free.put(None)
+            return
+        if len(buf) > LEND_ROOM + READ_SIZE:
+            del buf[LEND_ROOM + READ_SIZE:]
+        elif len(buf) < LEND_ROOM + READ_SIZE:
+            buf += bytes(LEND_ROOM + READ_SIZE - len(buf))
+        self._free.put(buf)
 
     def read(self, size: int) -> bytes:
         self._return_lent()
@@ -437,7 +481,12 @@ class TraceStream:
         two blocks for a reader that copies them out (`readinto`)."""
         if not self._inflates_ahead():
             return 0
-        return 2 * AHEAD_BYTES if self._pooled else AHEAD_BYTES
+        return 2 * (AHEAD_BYTES + LEND_ROOM) if self._pooled else AHEAD_BYTES
+
+    @property
+    def inflates_ahead(self) -> bool:
+        """Whether a thread inflates the blocks ahead of the reads (a gzip big enough)."""
+        return self._inflates_ahead()
 
     def _inflates_ahead(self) -> bool:
         return self.compressed and INFLATE_AHEAD and self.file_bytes >= AHEAD_MIN_FILE_BYTES
@@ -481,6 +530,44 @@ class TraceStream:
             return into[:ahead.readinto(into[:k]) if ahead is not None else _readinto(self._inner, into[:k])]
 
         return len(self._counted(read, len(into)))
+
+    def lend(self, size: int = READ_SIZE, room: int = 0) -> Optional[tuple[bytearray, int, int]]:
+        """Up to `size` (at most `READ_SIZE`) decompressed bytes left where the inflating
+        thread put them, in a buffer of the stream's own that is the caller's from now on,
+        until `give_back`: (buffer, at, n), the bytes at buffer[at:at + n] and `at` bytes
+        before them (`room` at least) free for the caller to write into. None where there
+        is no block to lend that way (not a gzip inflated ahead, a peeked head unread, a
+        block read in part or bigger than `size`, `room` more than `LEND_ROOM`, the end):
+        read with `readinto` then. For a
+        reader that keeps the end of each block before the next (`ChromeJsonReader`): it
+        writes that end before the block, and no block is copied. The same limits as `read`."""
+        size = min(size, READ_SIZE)
+        if self._ahead is None:
+            self._pooled = True
+        if self._head or room > LEND_ROOM:
+            return None
+        self._start_ahead()
+        ahead = self._ahead
+        if ahead is None:
+            return None
+        lent: list[Optional[memoryview]] = []
+
+        def read(k: int) -> memoryview:
+            lent.append(ahead.lend(k))
+            return lent[0] if lent[0] is not None else _EMPTY
+
+        view = self._counted(read, size)
+        if not lent or lent[0] is None or not view:
+            return None
+        buf, n = view.obj, len(view)
+        view.release()  # the buffer is the caller's: no view of the stream's holds it
+        return buf, LEND_ROOM, n  # type: ignore[return-value]
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer `lend` gave, done with: the inflating thread fills it again (a new one
+        instead while a view of it is still alive)."""
+        if self._ahead is not None:
+            self._ahead.give_back(buf)
 
     def size_hint(self) -> int:
         """At most how many bytes one read may still return, as far as is known cheaply: what

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from tb_reduce_plugin.errors import TraceError
+from tb_reduce_plugin.formats import sources
 from tb_reduce_plugin.formats.chrome_json import ChromeJsonReader
 from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.model import decode_events
@@ -68,6 +69,26 @@ def test_a_reader_writes_its_blocks_into_two_buffers_in_turn(tmp_path: Path) -> 
     middle = buffers[1:-1]  # the first read and the end of the file make their own
     assert len(middle) > 20 and len({id(b) for b in middle}) == 2
     assert all(a is not b for a, b in zip(middle, middle[1:]))
+
+
+def test_a_gzip_inflated_ahead_is_read_where_it_was_inflated_and_its_kept_events_stay_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each block is lent by the stream (`TraceStream.lend`): the end of the block before is
+    # written in the room before it, no block is copied; buffers still viewed by events kept
+    # (msgspec.Raw) are never written over.
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)
+    monkeypatch.setattr(sources, "AHEAD_MIN_FILE_BYTES", 0)
+    evs = events(10_000)
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps({"traceEvents": evs}).encode(), 1))
+    lent, kept = [], []
+    with TraceStream(p) as stream:
+        reader = ChromeJsonReader(stream, block_size=1 << 16)
+        for i, block in enumerate(reader.blocks(raw_list)):
+            lent.append(reader._lent)
+            kept.extend(block if i % 3 == 0 else [bytes(r) for r in block])  # views of every third block
+    assert [json.loads(bytes(r)) for r in kept] == evs
+    assert len(lent) > 20 and sum(lent) >= len(lent) - 3  # the first reads (the head) aside
 
 
 def test_trace_events_may_appear_anywhere_among_the_top_level_keys(tmp_path: Path) -> None:

@@ -541,6 +541,89 @@ def test_readinto_and_read_view_give_the_bytes_read_gives(tmp_path: Path, monkey
     assert read == data and bytes(got_into) == data and b"".join(got_views) == data
 
 
+def lending_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes) -> Path:
+    """A gzip of `data` read in blocks of 64 KiB, inflated ahead, with 1 KiB of room before each."""
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)
+    monkeypatch.setattr(sources, "AHEAD_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(sources, "LEND_ROOM", 1 << 10)
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(data, 1))
+    return p
+
+
+def test_blocks_lent_whole_with_room_before_them_are_the_bytes_read_gives(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    data = np.random.default_rng(4).integers(0, 64, 1_000_003, dtype=np.uint8).tobytes()
+    p = lending_stream(tmp_path, monkeypatch, data)
+    got, lent, buffers = bytearray(), 0, set()
+    with TraceStream(p) as s:
+        s.peek(10)  # a head peeked is read first, and the rest of its block: those are not lent
+        into = bytearray(1 << 16)
+        while True:
+            block = s.lend(1 << 16, room=300)
+            if block is None:
+                n = s.readinto(memoryview(into))
+                if not n:
+                    break
+                got += into[:n]
+                continue
+            buf, at, n = block
+            assert at >= 300 and len(buf) >= at + n
+            buf[:at] = b"x" * at  # the room is the caller's to write into
+            got += buf[at:at + n]
+            lent += 1
+            buffers.add(id(buf))
+            s.give_back(buf)
+        assert s.lend(1 << 16) is None  # at the end
+    assert bytes(got) == data
+    assert lent >= len(data) // (1 << 16) - 2 and len(buffers) <= 3  # two buffers in turn, one made anew at most
+
+
+def test_a_block_is_lent_only_whole_and_within_the_size_and_room_asked(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(range(256)) * 2048  # 512 KiB: eight blocks
+    p = lending_stream(tmp_path, monkeypatch, data)
+    with TraceStream(p) as s:
+        first = s.lend(1 << 16)
+        assert first is not None and first[2] == 1 << 16
+        s.give_back(first[0])
+        assert s.lend(1 << 15) is None  # the block is bigger than asked
+        assert s.lend(1 << 16, room=(1 << 10) + 1) is None  # more room than the stream keeps
+        into = bytearray(100)
+        assert s.readinto(memoryview(into)) == 100  # read in part...
+        assert s.lend(1 << 16) is None  # ...so not lent: the rest is read
+        rest = bytearray(1 << 16)
+        assert s.readinto(memoryview(rest)) == (1 << 16) - 100
+        buf, at, n = s.lend(1 << 16)
+        assert bytes(buf[at:at + n]) == data[2 << 16:3 << 16]
+
+
+def test_a_lent_buffer_given_back_while_viewed_is_never_written_over(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    data = np.random.default_rng(5).integers(0, 255, 600_000, dtype=np.uint8).tobytes()
+    p = lending_stream(tmp_path, monkeypatch, data)
+    kept = []
+    with TraceStream(p) as s:
+        while (block := s.lend(1 << 16)) is not None:
+            buf, at, n = block
+            kept.append((memoryview(buf)[at:at + n], data[s.inflated - n:s.inflated]))  # a view outlives the loan
+            s.give_back(buf)
+    assert len(kept) >= 8 and all(bytes(view) == want for view, want in kept)
+
+
+def test_a_gzip_bomb_read_by_loans_is_refused_at_the_same_byte(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.json.gz"
+    gzip_bomb(bomb)
+    with TraceStream(bomb) as s, pytest.raises(InflationLimit):
+        while True:
+            block = s.lend()
+            if block is not None:
+                s.give_back(block[0])
+            elif not s.readinto(memoryview(bytearray(1 << 20))):
+                break
+    assert s.inflated == int(DEFAULT_MAX_RATIO * bomb.stat().st_size) + 1
+
+
 def test_a_gzip_bomb_read_by_views_is_refused_at_the_same_byte(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.json.gz"
     gzip_bomb(bomb)
