@@ -1324,6 +1324,65 @@ done:
     return result;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* '{' bytes counted 32 (AVX2, where the CPU has it) or 16 (SSE2, every x86-64) at a time: a
+ * compare gives -1 per '{' lane, subtracted into byte counters for at most 255 rounds, then
+ * summed across by `sad` against zero. The scalar loop of `braces` counts what is left.
+ * The block was counted at ~5 GB/s eight bytes at a time: ~0.2 s of the scanning thread's
+ * time for a 1 GiB trace. */
+__attribute__((target("avx2"))) static Py_ssize_t braces_avx2(const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp;
+    const __m256i brace = _mm256_set1_epi8('{'), zero = _mm256_setzero_si256();
+    __m256i total = zero;
+    while (end - p >= 32) {
+        __m256i acc = zero;
+        for (int k = 0; k < 255 && end - p >= 32; k++, p += 32)
+            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), brace));
+        total = _mm256_add_epi64(total, _mm256_sad_epu8(acc, zero));
+    }
+    *pp = p;
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, total);
+    return (Py_ssize_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+}
+
+static Py_ssize_t braces_sse2(const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp;
+    const __m128i brace = _mm_set1_epi8('{'), zero = _mm_setzero_si128();
+    __m128i total = zero;
+    while (end - p >= 16) {
+        __m128i acc = zero;
+        for (int k = 0; k < 255 && end - p >= 16; k++, p += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), brace));
+        total = _mm_add_epi64(total, _mm_sad_epu8(acc, zero));
+    }
+    *pp = p;
+    uint64_t lanes[2];
+    _mm_storeu_si128((__m128i *)lanes, total);
+    return (Py_ssize_t)(lanes[0] + lanes[1]);
+}
+
+static int have_avx2;  /* set once, when the module is loaded (`init_cpu`) */
+
+static void init_cpu(void) {
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+}
+
+static Py_ssize_t braces_wide(const uint8_t **pp, const uint8_t *end) {
+    return have_avx2 ? braces_avx2(pp, end) : braces_sse2(pp, end);
+}
+#else
+static void init_cpu(void) {}
+
+static Py_ssize_t braces_wide(const uint8_t **pp, const uint8_t *end) {
+    (void)pp;
+    (void)end;
+    return 0;
+}
+#endif
+
 static PyObject *braces(PyObject *mod, PyObject *arg) {
     (void)mod;
     Py_buffer text;
@@ -1331,6 +1390,7 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
     const uint8_t *p = text.buf, *end = p + text.len;
     Py_ssize_t n = 0;
     Py_BEGIN_ALLOW_THREADS
+    n = braces_wide(&p, end);
     /* Eight bytes at a time: a byte of w ^ "{{{{{{{{" is zero exactly where w holds '{';
      * (x & 0x7f..) + 0x7f.. sets the high bit of every non-zero low part, so after or-ing x
      * back in, the high bits left clear are the zero bytes. Shifted down, each is a 1 in
@@ -1578,6 +1638,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;
+    init_cpu();
 #ifdef HAVE_STRTOD_L
     if (c_numeric == (locale_t)0) c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 #endif

@@ -262,3 +262,18 @@ def test_a_row_count_too_small_hands_the_block_back_and_the_reader_counts_each_b
         block = TableBuilder().scan(text, rows=50)
         assert isinstance(block, ScannedBlock) and len(block) == 50
         assert native_module.scanner_module().braces(text) == text.count(b"{") == 50
+
+
+def test_braces_counted_sixteen_and_thirty_two_bytes_at_a_time_are_every_brace_at_any_length_and_offset() -> None:
+    """`braces` counts in vector lanes (AVX2 or SSE2), byte counters summed every 255 rounds,
+    and the rest one byte at a time: lengths around each of those edges, at every offset."""
+    rng = np.random.default_rng(7)
+    alphabet = np.frombuffer(b'{{{}a"\\ ,\xff', dtype=np.uint8)
+    module = native_module.scanner_module()
+    lengths = [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 255 * 16, 255 * 16 + 1, 255 * 32 - 1, 255 * 32, 255 * 32 + 40, 100_003]
+    for n in lengths:
+        text = rng.choice(alphabet, n + 40).tobytes()
+        for offset in range(0, 40, 3):
+            part = memoryview(text)[offset:offset + n]
+            assert module.braces(part) == bytes(part).count(b"{"), (n, offset)
+    assert module.braces(b"{" * (255 * 32 * 3 + 5)) == 255 * 32 * 3 + 5  # every lane full, every round
