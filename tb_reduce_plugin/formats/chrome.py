@@ -91,11 +91,11 @@ class _Positions:
         if self._files is not None:
             cols = self._files.finish(self._n)
             self._files = None
-            return EventPositions(cols["starts"], cols["lengths"], reader.crc, reader.read_bytes)
+            return EventPositions(cols["starts"], cols["lengths"], reader.file_crc(), reader.read_bytes)
         starts = np.concatenate(self._starts) if self._starts else np.zeros(0, dtype=np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int32)
         self._starts, self._lengths = [], []
-        return EventPositions(starts, lengths, reader.crc, reader.read_bytes)
+        return EventPositions(starts, lengths, reader.file_crc(), reader.read_bytes)
 
 
 def read_chrome_json(stream: TraceStream, account: Any, options: ReadOptions) -> Parsed:

@@ -31,7 +31,6 @@ from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
 import msgspec
 import numpy as np
-from isal import isal_zlib
 
 from ..errors import FileChanged, TraceError
 from ..mapped import SpillFailed
@@ -116,13 +115,17 @@ class ChromeJsonReader:
         # given to `decode` was not the file's own bytes (undecodable text replaced, a
         # truncated tail re-joined), so positions do not hold.
         self._base = 0  # offset of the buffer's first byte
-        self.crc = 0  # CRC-32 of all the text read
         self.read_bytes = 0
         self.decoding_at = 0
         self.rewritten = False
         # `{` bytes from the cursor to the end of the buffer, counted for the block being
         # decoded (None once the buffer changes): more than the block's events, at most.
         self.unread_braces: Optional[int] = None
+
+    def file_crc(self) -> int:
+        """The CRC-32 of the file read (`TraceStream.file_crc`), once read: what a later pass
+        checks it reads the same version against."""
+        return self._stream.file_crc()
 
     # ---- buffer management -------------------------------------------------
     def _fill(self, want: int) -> bool:
@@ -179,7 +182,6 @@ class ChromeJsonReader:
             del buf[at + n:]  # the buffer ends where the block does
             with memoryview(buf) as into, memoryview(old) as source:
                 into[at - tail:at] = source[keep:]
-                self.crc = isal_zlib.crc32(into[at:at + n], self.crc)
             self._short = n < size
             self.read_bytes += n
             self._done_with(old)
@@ -201,7 +203,6 @@ class ChromeJsonReader:
             with memoryview(old) as source:
                 into[:tail] = source[keep:]
             n = self._stream.readinto(into[tail:])
-            self.crc = isal_zlib.crc32(into[tail:tail + n], self.crc)  # ~20 ms a GB: what a later pass must find again
         if n < size:
             del buf[tail + n:]
         self._short = n < size
@@ -595,8 +596,8 @@ class EventPositions:
 
     starts: np.ndarray  # int64
     lengths: np.ndarray  # int32
-    crc: int = 0  # CRC-32 of the text the index read: a later pass checks it reads the same text
-    text_bytes: int = 0  # how much text that was
+    crc: int = 0  # CRC-32 of the file's bytes as the index read them (`TraceStream.file_crc`)
+    text_bytes: int = 0  # how much text it read
 
     @property
     def nbytes(self) -> int:
@@ -823,7 +824,7 @@ class ChromeJsonEvents:
         k, n = 0, len(indices)
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
         tier = self._tier_builder(builder)
-        crc, left = 0, self.positions.text_bytes  # the text indexed, all of it: its CRC says it is the same
+        left = self.positions.text_bytes  # the text indexed, all of it (the file's CRC says it is the same)
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
             while left > 0 or builder is not None:
@@ -832,7 +833,6 @@ class ChromeJsonEvents:
                     if k < n or left > 0:
                         raise FileChanged(f"{os.path.basename(self.path)} changed since it was read (it ends early)")
                     break
-                crc = isal_zlib.crc32(chunk[:left], crc)
                 left -= min(left, len(chunk))
                 if builder is not None:
                     builder.add_text(chunk)  # its "events" are bytes: offsets, not indices
@@ -850,6 +850,7 @@ class ChromeJsonEvents:
                     k = m
                 drop = min(int(starts[k]) - base, len(text)) if k < n else len(text)
                 buf, base = bytes(text[drop:]), base + drop  # a copy: the stream reads into that memory again
+            crc = stream.file_crc()
         if crc != self.positions.crc:  # rewritten in place since it was indexed
             if tier is not None:
                 tier.close()
@@ -882,6 +883,7 @@ class ChromeJsonEvents:
         ident = self.identity
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
+            stream.forget_crc()  # no positions to check: the events' count says it is the same
             for raws in ChromeJsonReader(stream, self.block_size).blocks(decode):
                 n = len(raws)
                 lo, hi = np.searchsorted(indices, [base, base + n])

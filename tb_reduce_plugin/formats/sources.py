@@ -151,11 +151,14 @@ class BoundedReader(io.RawIOBase):
     are not read, so what is indexed is the file as it was identified.
     """
 
-    def __init__(self, raw: BinaryIO, limit: int, progress: Optional[Progress] = None) -> None:
+    def __init__(self, raw: BinaryIO, limit: int, progress: Optional[Progress] = None, adler: bool = False) -> None:
         self._raw = raw
         self._limit = limit
         self._progress = progress
         self.consumed = 0
+        # A checksum of the bytes read, from the first (None: not kept): CRC-32, or Adler-32.
+        self._sum = isal_zlib.adler32 if adler else isal_zlib.crc32
+        self.crc: Optional[int] = 1 if adler else 0
 
     def readable(self) -> bool:
         return True
@@ -167,6 +170,8 @@ class BoundedReader(io.RawIOBase):
         view = memoryview(buf).cast("B")
         n = self._raw.readinto(view[:left] if len(view) > left else view)  # type: ignore[attr-defined]
         if n:
+            if self.crc is not None:
+                self.crc = self._sum(view[:n], self.crc)
             self.consumed += n
             if self._progress is not None:
                 self._progress(self.consumed, self._limit)
@@ -459,7 +464,8 @@ class TraceStream:
             self._file.close()
             raise
         self.compressed = head == GZIP_MAGIC
-        self._counter = BoundedReader(self._file, size, progress)
+        # A gzip's bytes are summed with Adler-32 (`file_crc`), a plain file's with CRC-32.
+        self._counter = BoundedReader(self._file, size, progress, adler=self.compressed)
         buffered = io.BufferedReader(self._counter, buffer_size=1024 * 1024)
         self._inner: BinaryIO = igzip.IGzipFile(fileobj=buffered, mode="rb") if self.compressed else buffered
         self.max_inflated_bytes = max_inflated_bytes
@@ -474,6 +480,7 @@ class TraceStream:
         self._ahead: Optional[_InflateAhead] = None
         self._pooled = False  # blocks inflated ahead into the stream's own buffers (`readinto`)
         self._own: Optional[bytearray] = None  # what `read_view` reads a plain file into
+        self._finished = False  # `file_crc` read the rest of the file
 
     @property
     def ahead_bytes(self) -> int:
@@ -569,6 +576,33 @@ class TraceStream:
         if self._ahead is not None:
             self._ahead.give_back(buf)
 
+    def forget_crc(self) -> None:
+        """No `file_crc` wanted: its bytes are not summed from now on (an XSpace's reader)."""
+        self._counter.crc = None
+
+    def file_crc(self) -> int:
+        """A checksum of the file's bytes as opened, all `identity.size` of them, as they lie
+        (a gzip's compressed): what a later pass over the same version finds again, however
+        it inflates them. The bytes not read yet (a gzip's trailer, anything after the
+        events) are read without inflating them; this stream is read no further after it.
+
+        Summed as the file is read: a tenth of the bytes of a gzip's text (the thread that
+        scans once summed every byte of the text, ~0.1 s a GB). CRC-32 for a plain file (its
+        text); Adler-32 for a gzip, whose members end with the CRC-32 of their text: the
+        CRC-32 of a stored member and its trailer is the same whatever its text holds."""
+        if self._counter.crc is None:
+            raise ValueError("file_crc after forget_crc")
+        if self._ahead is not None:
+            self._ahead.stop()  # nothing else reads the file from now on
+        self._finished = True
+        scratch = bytearray(1 << 20)
+        try:
+            while self._counter.readinto(scratch):
+                pass
+        except (OSError, ValueError) as exc:
+            raise self._read_error(exc) from None
+        return self._counter.crc
+
     def size_hint(self) -> int:
         """At most how many bytes one read may still return, as far as is known cheaply: what
         is left of a plain file (and a byte, to see its end), what a small gzip inflates to at
@@ -616,6 +650,8 @@ class TraceStream:
         seen at once, without inflating the excess), its read errors as `TraceError`, and
         what it gave counted against the limit (`InflationLimit` past it)."""
         size = min(size, max(self.inflation_limit - self.inflated, 0) + 1)
+        if self._finished:
+            raise ValueError(f"{self.name} is read no further after file_crc")
         try:
             data = read(size)
         except (OSError, EOFError, zlib.error, isal_zlib.error, ValueError) as exc:

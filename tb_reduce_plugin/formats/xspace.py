@@ -919,6 +919,7 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     """
     charges = _Charges(account)
     base = os.path.basename(stream.path)
+    stream.forget_crc()  # its events are found by their place in the bytes kept, not read again
     data, buf = _file_bytes(stream, charges, spill_dir)
     try:
         shape = xspace_shape.scan(data, len(data) - _PAD)

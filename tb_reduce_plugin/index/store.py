@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 # handler that keeps records, as pytest's does, then held a reduced body alive).
 
 # Bump when what is stored, or how, changes: an older index is then simply not found.
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: event positions carry the CRC of the file as it lies, not of its text
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
 POSITION_COLUMNS = ("starts", "lengths")

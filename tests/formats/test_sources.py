@@ -19,7 +19,7 @@ import pytest
 
 from tb_reduce_plugin import cli
 from tb_reduce_plugin.errors import FileChanged, InflationLimit, InputTooLarge, NotRegularFile, TraceError
-from tb_reduce_plugin.formats import sources
+from tb_reduce_plugin.formats import chrome_json, sources
 from tb_reduce_plugin.formats.sources import (
     AHEAD_BYTES,
     DEFAULT_MAX_RATIO,
@@ -29,6 +29,7 @@ from tb_reduce_plugin.formats.sources import (
     TraceStream,
     open_regular,
 )
+from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.reduce.pipeline import index_file
 
 HANG_GUARD_S = 30  # not a speed limit: a call still running after this is stuck for good
@@ -305,6 +306,48 @@ def test_a_later_pass_refuses_a_file_cut_short_or_rewritten_since_it_was_indexed
         list(index.source.events(np.array([0])))
     write_doc(tmp_path / "r.json", 10)  # same inode, now 10 events where 100 were indexed
     p.write_bytes(p.read_bytes().ljust(index.identity.size))  # type: ignore[union-attr]
+    with pytest.raises(FileChanged, match="changed while it was read"):
+        list(index.source.events(np.array([99])))
+
+
+needs_positions = pytest.mark.skipif(scanner_module() is None, reason="no event positions without the native scanner")
+
+
+@needs_positions
+@pytest.mark.parametrize("ahead", [True, False])
+@pytest.mark.parametrize("compressed", [True, False])
+def test_an_index_records_the_crc_of_the_file_as_it_lies_even_when_it_stops_before_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool, compressed: bool) -> None:
+    # The file's own bytes (compressed for a gzip: a tenth of the text to sum), all of them:
+    # the reader stops at the object's end, what follows is read without being inflated.
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)
+    monkeypatch.setattr(chrome_json, "READ_SIZE", 1 << 16)
+    monkeypatch.setattr(sources, "AHEAD_MIN_FILE_BYTES", 0 if ahead else 1 << 40)
+    text = json.dumps({"traceEvents": events(20_000)}).encode() + b" " * 300_000
+    p = tmp_path / ("t.json.gz" if compressed else "t.json")
+    p.write_bytes(gzip.compress(text, 1) if compressed else text)
+    index = index_file(p)
+    summed = zlib.adler32(p.read_bytes()) if compressed else zlib.crc32(p.read_bytes())
+    assert index.source.positions.crc == summed
+    assert index.source.positions.text_bytes < len(text)  # the reader stopped at the object's end
+    got = [json.loads(raw) for block in index.source.events(np.array([0, 19_999])) for raw in block]
+    assert got == [events(20_000)[0], events(20_000)[-1]]
+
+
+@needs_positions
+def test_a_gzip_rewritten_in_place_with_its_size_and_mtime_restored_is_refused_by_a_later_pass(tmp_path: Path) -> None:
+    # Stored (level 0) gzips: one name changed for another of the same length keeps the
+    # file's size; its mtime set back, only the file's checksum tells (not a CRC-32: over a
+    # stored member and its trailer, the CRC-32 of its text, it is the same whatever the text).
+    doc = {"traceEvents": events(100)}
+    p = tmp_path / "r.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode(), 0))
+    st = p.stat()
+    index = index_file(p)
+    doc["traceEvents"][99]["name"] = "opXX"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode(), 0))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size
     with pytest.raises(FileChanged, match="changed while it was read"):
         list(index.source.events(np.array([99])))
 
