@@ -128,3 +128,47 @@ def test_text_that_cannot_be_kept_now_is_kept_by_the_next_full_pass(gz_trace: Pa
     window = a_window(service, host)
     zoom = body(service.reduction("run", host, 1, *window))  # a full pass, keeping the text as it reads
     assert source.has_store and zoom == expected(gz_trace, tmp_path, 1, window)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_disk_that_fills_or_refuses_while_the_text_is_kept_leaves_no_store_and_zooms_still_answer(
+        gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """No chunk file left behind, nothing half-kept adopted; each zoom reads the whole file
+    (trying to keep its text as it reads, failing the same way) and answers as a fresh one."""
+    from tb_reduce_plugin.formats import block_store
+
+    class FullDisk:
+        def __init__(self, inner) -> None:
+            self.inner, self.writes = inner, 0
+
+        def write(self, data) -> int:
+            self.writes += 1
+            if self.writes > 2:
+                raise OSError(28, "No space left on device")
+            return self.inner.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    original_init = block_store.BlockStore.__init__
+
+    def faulty_init(self, directory: str, prefix: str = ".blocks-") -> None:
+        if fault == "read-only":
+            raise OSError(30, "Read-only file system")
+        original_init(self, directory, prefix)
+        self._file = FullDisk(self._file)
+
+    monkeypatch.setattr(block_store.BlockStore, "__init__", faulty_init)
+    cache = tmp_path / "cache"
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(cache))
+    host = host_of(gz_trace)
+    first = body(service.reduction("run", host, 2, None, None))
+    service.wait_saved()
+    source = service.warm_index(service.trace_file("run", host)).source
+    assert first and not source.has_store and not source.defer_store
+    window = a_window(service, host)
+    want = expected(gz_trace, tmp_path, 1, window)
+    passes = whole_passes(monkeypatch)
+    assert body(service.reduction("run", host, 1, *window)) == want
+    assert len(passes) == 1 and not source.has_store
+    assert not list(cache.rglob(".blocks-*"))
