@@ -123,8 +123,8 @@ class ChromeJsonReader:
         self.unread_braces: Optional[int] = None
 
     def file_crc(self) -> int:
-        """The CRC-32 of the file read (`TraceStream.file_crc`), once read: what a later pass
-        checks it reads the same version against."""
+        """The checksum of the file read (`TraceStream.file_crc`), once read: what a later
+        pass checks it reads the same version against."""
         return self._stream.file_crc()
 
     # ---- buffer management -------------------------------------------------
@@ -596,7 +596,7 @@ class EventPositions:
 
     starts: np.ndarray  # int64
     lengths: np.ndarray  # int32
-    crc: int = 0  # CRC-32 of the file's bytes as the index read them (`TraceStream.file_crc`)
+    crc: int = 0  # checksum of the file's bytes as the index read them (`TraceStream.file_crc`)
     text_bytes: int = 0  # how much text it read
 
     @property
@@ -824,7 +824,7 @@ class ChromeJsonEvents:
         k, n = 0, len(indices)
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
         tier = self._tier_builder(builder)
-        left = self.positions.text_bytes  # the text indexed, all of it (the file's CRC says it is the same)
+        left = self.positions.text_bytes  # the text indexed, all of it (the file's checksum says it is the same)
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
             while left > 0 or builder is not None:

@@ -545,9 +545,9 @@ class TraceStream:
         before them (`room` at least) free for the caller to write into. None where there
         is no block to lend that way (not a gzip inflated ahead, a peeked head unread, a
         block read in part or bigger than `size`, `room` more than `LEND_ROOM`, the end):
-        read with `readinto` then. For a
-        reader that keeps the end of each block before the next (`ChromeJsonReader`): it
-        writes that end before the block, and no block is copied. The same limits as `read`."""
+        read with `readinto` then. For a reader that keeps the end of each block before the
+        next (`ChromeJsonReader`): it writes that end before the block, and no block is
+        copied. The same limits as `read`."""
         size = min(size, READ_SIZE)
         if self._ahead is None:
             self._pooled = True

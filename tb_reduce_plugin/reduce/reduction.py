@@ -275,7 +275,8 @@ def _binding_ahead(t: EventTable, sl: SliceTable, wanted: bool) -> Iterator[None
     needs it only at its end (`_flow_keep`); making it meanwhile, beside the fold of the
     slices, counters and instants, overlaps the two (numpy lets go of the GIL in its sorts,
     searches and gathers): the binding was ~40 % of a 2 GiB trace's first plan, on one core
-    while the other was idle. `_flow_keep` waits for it (the lock below); an error it met is
+    while the other was idle. `_flow_binding` waits for it, on any thread but its own (a
+    second plan of the table meanwhile too, rather than make it again); an error it met is
     raised there, as if met there. Leaving the `with` waits for it too: nothing is still
     writing the table's scratch folder once the plan is over, whatever ended it."""
     prep = prepared_of(t)
@@ -283,17 +284,24 @@ def _binding_ahead(t: EventTable, sl: SliceTable, wanted: bool) -> Iterator[None
         yield
         return
     ahead = _BindingAhead(t, sl, strict=spilling_strictly())
-    try:
-        ahead.worker.start()
-    except RuntimeError:  # a process out of threads: the plan makes it itself, as on one core
+    with _ahead_lock:
+        started = id(prep) not in _ahead
+        if started:
+            try:
+                ahead.worker.start()
+            except RuntimeError:  # a process out of threads: the plan makes it itself, as on one core
+                started = False
+            else:
+                _ahead[id(prep)] = ahead
+    if not started:
         yield
         return
-    _ahead[id(prep)] = ahead
     try:
         yield
     finally:
         ahead.worker.join()
-        _ahead.pop(id(prep), None)
+        with _ahead_lock:
+            _ahead.pop(id(prep), None)
 
 
 class _BindingAhead:
@@ -325,6 +333,7 @@ class _BindingAhead:
 # Flow bindings being made by `_binding_ahead`, by the id of their table's prepared state:
 # what `_flow_binding` waits for rather than making the same again.
 _ahead: dict[int, _BindingAhead] = {}
+_ahead_lock = threading.Lock()
 
 
 def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: float, t1: float, whole: bool,

@@ -107,3 +107,34 @@ def test_a_plan_stopped_by_its_budget_leaves_no_thread_writing_behind_it(flowing
         reduction.plan(fresh(t), 2, grow=grow)
     assert not [th for th in threading.enumerate() if th.name == WORKER]
     assert prepared_of(t).flow_binding is not None  # made to its end, waited for, kept
+
+
+def test_two_plans_of_one_table_at_once_make_its_binding_once_and_agree(flowing, monkeypatch) -> None:
+    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+    made, inner = [], reduction._flow_events
+
+    def counted(*args, **kwargs):
+        made.append(threading.current_thread().name)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(reduction, "_flow_events", counted)
+    name, t = max(flowing, key=lambda nt: len(nt[1]))
+    want = plan_fields(reduction.plan(fresh(t), 2))
+    for _ in range(3):
+        made.clear()
+        fresh(t)
+        got: list = [None, None]
+        barrier = threading.Barrier(2)
+
+        def plan(i: int, got: list = got, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            got[i] = plan_fields(reduction.plan(t, 2))
+
+        threads = [threading.Thread(target=plan, args=(i,)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert same(got[0], want) and same(got[1], want), name
+        assert made == [WORKER]  # made once, on the worker: the other plan waited for it
+        assert not reduction._ahead
