@@ -264,9 +264,10 @@ def test_a_row_count_too_small_hands_the_block_back_and_the_reader_counts_each_b
         assert native_module.scanner_module().braces(text) == text.count(b"{") == 50
 
 
-def test_braces_counted_sixteen_and_thirty_two_bytes_at_a_time_are_every_brace_at_any_length_and_offset() -> None:
-    """`braces` counts in vector lanes (AVX2 or SSE2), byte counters summed every 255 rounds,
-    and the rest one byte at a time: lengths around each of those edges, at every offset."""
+def test_braces_counted_thirty_two_bytes_at_a_time_are_every_brace_at_any_length_and_offset() -> None:
+    """`braces` counts in vector lanes (AVX2, where the CPU has it), byte counters summed every
+    255 rounds, and the rest eight bytes or one at a time: lengths around each of those edges,
+    at every offset."""
     rng = np.random.default_rng(7)
     alphabet = np.frombuffer(b'{{{}a"\\ ,\xff', dtype=np.uint8)
     with native(True):  # the suite's pure run switches it off, not out

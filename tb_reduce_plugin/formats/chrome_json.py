@@ -171,11 +171,10 @@ class ChromeJsonReader:
         old = self._buf
         tail = len(old) - keep
         size = min(size, READ_SIZE, self._stream.size_hint())
-        lend = getattr(self._stream, "lend", None)
-        lent = lend(size, room=tail) if lend is not None else None
+        lent = self._stream.lend(size, room=tail)
         # The read before returned less than asked: most likely the end is next; not so where
         # blocks are inflated ahead (the rest of a block read in part is short).
-        if lent is None and self._short and not getattr(self._stream, "inflates_ahead", False):
+        if lent is None and self._short and not self._stream.inflates_ahead:
             size = min(size, 1 << 16)
         if lent is not None:
             buf, at, n = lent
@@ -215,7 +214,7 @@ class ChromeJsonReader:
         """The buffer before the new one: the stream's goes back to it, the reader's own is
         the one written over next time."""
         if self._lent:
-            self._stream.give_back(old)  # type: ignore[attr-defined]
+            self._stream.give_back(old)
         else:
             self._spare = old
 
@@ -476,7 +475,7 @@ class ChromeJsonReader:
         fresh += text
         fresh += memoryview(buf)[pos + used:]
         if self._lent:  # the stream's buffer, done with
-            self._stream.give_back(buf)  # type: ignore[attr-defined]
+            self._stream.give_back(buf)
             self._lent = False
         self._buf, self._pos = fresh, 1
         self.rewritten = True
