@@ -18,7 +18,9 @@
  * Interning goes into the caller's `Interner`s (a dict value -> id and a list of
  * values, first seen first), so blocks decoded either way share one set of ids; a
  * private hash table of the values' bytes sits in front of each dict so that a
- * value already seen costs no Python object.
+ * value already seen costs no Python object. Flow keys are the exception: nearly
+ * every one is new (an id per flow) and the table never needs their values, so they
+ * are interned here alone, as bytes (`Scanner.flow_ids` interns the pure path's).
  *
  * Every read is bounds-checked against the end of the block; nesting is limited.
  */
@@ -71,7 +73,10 @@ typedef struct {
      * Python object is made when the scan ends (`table_settle`): two scanners on two
      * threads then never wait for each other. Misses not yet settled: keys in the arena. */
     int private_;
-    int32_t count;     /* ids given (private): settled values + pending */
+    /* A table of keys only (flow keys): no dict or list; a miss takes the next id, and a
+     * private one keeps its keys pending for the table that adopts them (`adopt_flows`). */
+    int keys_only;
+    int32_t count;     /* ids given (private, keys only): settled values + pending */
     size_t *pending;   /* arena offsets and lengths, two per pending key */
     size_t pending_n, pending_cap;
     int broken;        /* a settling failed: the dict and list no longer match the slots */
@@ -114,11 +119,12 @@ static int table_init(Table *t, PyObject *ids, PyObject *values) {
         return -1;
     }
     for (size_t i = 0; i < t->cap; i++) t->slots[i].id = -1;
-    Py_INCREF(ids);
-    Py_INCREF(values);
+    Py_XINCREF(ids);
+    Py_XINCREF(values);
     t->ids = ids;
     t->values = values;
     t->private_ = 0;
+    t->keys_only = ids == NULL;
     t->count = 0;
     t->pending = NULL;
     t->pending_n = t->pending_cap = 0;
@@ -205,9 +211,9 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         j = (j + 1) & (t->cap - 1);
     }
     int32_t id;
-    if (t->private_) {  /* the next id now; the object when the scan ends */
+    if (t->private_ || t->keys_only) {  /* the next id now; the object (if any) when the scan ends */
         if (t->count == INT32_MAX) return -1;
-        if (t->pending_n == t->pending_cap) {
+        if (t->private_ && t->pending_n == t->pending_cap) {
             size_t cap = t->pending_cap ? 2 * t->pending_cap : 256;
             size_t *p = realloc(t->pending, cap * 2 * sizeof(size_t));
             if (!p) return -1;
@@ -238,8 +244,8 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         t->pending[2 * t->pending_n] = t->arena_len;
         t->pending[2 * t->pending_n + 1] = len;
         t->pending_n++;
-        t->count++;
     }
+    if (t->private_ || t->keys_only) t->count++;
     Slot *s = &t->slots[j];
     s->hash = h;
     s->off = t->arena_len;
@@ -293,27 +299,6 @@ static PyObject *make_scalar(const char *key, size_t len, void *ctx) {
         return PyLong_FromLongLong(v);
     }
     Py_RETURN_NONE;
-}
-
-/* A flow key (category id, id key) -> the tuple (category, id) the pure path interns. */
-static PyObject *make_flow(const char *key, size_t len, void *ctx) {
-    PyObject *cats = (PyObject *)ctx;
-    int32_t cat;
-    if (len < 5) {
-        PyErr_SetString(PyExc_ValueError, "bad flow key");
-        return NULL;
-    }
-    memcpy(&cat, key + 1, 4);
-    if (cat < 0 || cat >= PyList_GET_SIZE(cats)) {
-        PyErr_SetString(PyExc_IndexError, "flow category out of range");
-        return NULL;
-    }
-    PyObject *id = make_scalar(key + 5, len - 5, NULL);
-    if (!id) return NULL;
-    PyObject *c = PyList_GET_ITEM(cats, cat);
-    PyObject *tuple = PyTuple_Pack(2, c, id);
-    Py_DECREF(id);
-    return tuple;
 }
 
 /* ---- the scanner -------------------------------------------------------------------- */
@@ -932,7 +917,7 @@ static int scan_event(Scanner *self, Cursor *c, const uint8_t *base, Out *o, Py_
         memmove(self->scratch + 5, self->scratch, idlen);
         self->scratch[0] = K_FLOW;
         memcpy(self->scratch + 1, &ids[1], 4);
-        if ((fk = table_intern(&self->flows, self->scratch, idlen + 5, make_flow, self->cats.values)) < 0) return -2;
+        if ((fk = table_intern(&self->flows, self->scratch, idlen + 5, NULL, NULL)) < 0) return -2;
     }
     uint8_t scope = 0;
     if (ph == 'i' || ph == 'I' || ph == 'R') {
@@ -1006,17 +991,17 @@ static void Scanner_dealloc(Scanner *self) {
 }
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
-    PyObject *d[5], *l[5];
+    PyObject *d[5] = {NULL}, *l[5] = {NULL};  /* the flow keys (index 4): a table of keys only */
     int private_ = 0;
     static char *kwlist[] = {"names_ids", "names", "cats_ids", "cats", "pids_ids", "pids",
-                             "tids_ids", "tids", "flows_ids", "flows", "private", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!O!O!O!O!O!O!|$p", kwlist,
+                             "tids_ids", "tids", "private", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!O!O!O!O!|$p", kwlist,
                                      &PyDict_Type, &d[0], &PyList_Type, &l[0], &PyDict_Type, &d[1], &PyList_Type, &l[1],
                                      &PyDict_Type, &d[2], &PyList_Type, &l[2], &PyDict_Type, &d[3], &PyList_Type, &l[3],
-                                     &PyDict_Type, &d[4], &PyList_Type, &l[4], &private_))
+                                     &private_))
         return -1;
     if (private_) {
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < 4; i++) {
             if (PyDict_GET_SIZE(d[i]) || PyList_GET_SIZE(l[i])) {
                 PyErr_SetString(PyExc_ValueError, "a private Scanner starts from empty tables");
                 return -1;
@@ -1086,11 +1071,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     PyEval_RestoreThread(self->released);
     self->released = NULL;
     self->busy = 0;
-    /* Private tables: the values met are made now, categories before the flows naming them. */
+    /* Private tables: the values met are made now (flow keys stay keys: `adopt_flows`). */
     if (self->names.private_ &&
         (table_settle(&self->names, make_scalar, NULL) < 0 || table_settle(&self->cats, make_scalar, NULL) < 0 ||
-         table_settle(&self->pids, make_scalar, NULL) < 0 || table_settle(&self->tids, make_scalar, NULL) < 0 ||
-         table_settle(&self->flows, make_flow, self->cats.values) < 0)) {
+         table_settle(&self->pids, make_scalar, NULL) < 0 || table_settle(&self->tids, make_scalar, NULL) < 0)) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
@@ -1114,10 +1098,197 @@ static PyObject *Scanner_cache_bytes(Scanner *self, PyObject *unused) {
     return PyLong_FromSize_t(n);
 }
 
+/* The key the scan gives the flow id `obj` of category `cat`, in scratch, or 0 when no
+ * scanned id can equal it (Python equality: True == 1 == 1.0, so integral numbers that
+ * fit int64 are keyed as the int; a str that is not valid UTF-8, a float with a
+ * fraction, a bigger int, any other kind: never scanned natively). -1: out of memory. */
+static int flow_key_of(Scanner *self, int32_t cat, PyObject *obj, size_t *len) {
+    int64_t iv = 0;
+    const char *utf8 = NULL;
+    Py_ssize_t n = 0;
+    if (PyUnicode_Check(obj)) {
+        utf8 = PyUnicode_AsUTF8AndSize(obj, &n);
+        if (!utf8) {  /* a lone surrogate: the scan hands such text back */
+            PyErr_Clear();
+            return 0;
+        }
+    } else if (PyLong_Check(obj)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        iv = (int64_t)v;
+    } else if (PyFloat_Check(obj)) {
+        double d = PyFloat_AS_DOUBLE(obj);
+        if (!(d == floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return 0;
+        iv = (int64_t)d;
+    } else {
+        return 0;
+    }
+    if (ensure_scratch(self, (size_t)n + 16) < 0) return -1;
+    self->scratch[0] = K_FLOW;
+    memcpy(self->scratch + 1, &cat, 4);
+    if (utf8) {
+        self->scratch[5] = K_STR;
+        memcpy(self->scratch + 6, utf8, (size_t)n);
+        *len = 6 + (size_t)n;
+    } else {
+        self->scratch[5] = K_INT;
+        memcpy(self->scratch + 6, &iv, 8);
+        *len = 14;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(flow_ids_doc,
+"flow_ids(cats, ids, others, out) -> None\n\n"
+"The flow key ids of events the pure path decoded, in the scan's id space: event k's\n"
+"key is (cats[k], ids[k]) (category id, id value), interned in order as the scan\n"
+"interns them, into out[k] (int32). Ids no scan can give (see `flow_key_of`) are\n"
+"interned in `others`, a dict (category id, id) -> id owned by the caller.");
+
+static PyObject *Scanner_flow_ids(Scanner *self, PyObject *args) {
+    Py_buffer cats, out;
+    PyObject *ids, *others, *result = NULL;
+    if (!self->flows.slots) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*O!O!w*", &cats, &PyList_Type, &ids, &PyDict_Type, &others, &out)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this Scanner is scanning in another thread");
+        goto done;
+    }
+    if (cats.len != 4 * n || out.len != 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "flow_ids: cats and out must hold one int32 per id");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int32_t cat, id;
+        size_t len;
+        memcpy(&cat, (const char *)cats.buf + 4 * k, 4);
+        PyObject *obj = PyList_GET_ITEM(ids, k);
+        int keyed = flow_key_of(self, cat, obj, &len);
+        if (keyed < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (keyed) {
+            if ((id = table_intern(&self->flows, self->scratch, len, NULL, NULL)) < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        } else {
+            PyObject *key = Py_BuildValue("(iO)", cat, obj);
+            if (!key) goto done;
+            PyObject *found = PyDict_GetItemWithError(others, key);
+            if (found) {
+                long v = PyLong_AsLong(found);
+                if (v < 0 || v >= self->flows.count) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "flow_ids: a foreign id in `others`");
+                    Py_DECREF(key);
+                    goto done;
+                }
+                id = (int32_t)v;
+            } else if (PyErr_Occurred() || self->flows.count == INT32_MAX) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "too many distinct flow keys");
+                Py_DECREF(key);
+                goto done;
+            } else {
+                id = self->flows.count;
+                PyObject *v = PyLong_FromLong(id);
+                int rc = v ? PyDict_SetItem(others, key, v) : -1;
+                Py_XDECREF(v);
+                if (rc < 0) {
+                    Py_DECREF(key);
+                    goto done;
+                }
+                self->flows.count++;
+            }
+            Py_DECREF(key);
+        }
+        memcpy((char *)out.buf + 4 * k, &id, 4);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&cats);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+PyDoc_STRVAR(adopt_flows_doc,
+"adopt_flows(private, cat_ids, start, out) -> int\n\n"
+"The flow keys a private Scanner met, from its id `start` on, interned here in the\n"
+"order it met them: out[i] (int32) is this Scanner's id of its id start + i. Its keys\n"
+"name its own category ids: `cat_ids` (int32) maps them to this Scanner's. Returns how\n"
+"many were adopted.");
+
+static PyTypeObject ScannerType;
+
+static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
+    Scanner *other;
+    Py_buffer map, out;
+    Py_ssize_t start;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!y*nw*", &ScannerType, &other, &map, &start, &out)) return NULL;
+    Table *f = &other->flows;
+    if (!self->flows.slots || !f->slots) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised");
+        goto done;
+    }
+    if (other == self || !f->private_ || self->flows.private_ || self->busy || other->busy) {
+        PyErr_SetString(PyExc_ValueError, "adopt_flows: a private Scanner's keys, adopted by a shared one, neither scanning");
+        goto done;
+    }
+    Py_ssize_t count = (Py_ssize_t)f->pending_n, cats = map.len / 4;
+    if (start < 0 || start > count || out.len != 4 * (count - start) || map.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "adopt_flows: out must hold one int32 per key from start on");
+        goto done;
+    }
+    for (Py_ssize_t i = start; i < count; i++) {
+        size_t off = f->pending[2 * i], len = f->pending[2 * i + 1];
+        int32_t cat, id;
+        if (len < 5 || off + len > f->arena_len || ensure_scratch(self, len) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "adopt_flows: a damaged key");
+            goto done;
+        }
+        memcpy(self->scratch, f->arena + off, len);
+        memcpy(&cat, self->scratch + 1, 4);
+        if (cat < 0 || cat >= cats) {
+            PyErr_SetString(PyExc_IndexError, "adopt_flows: a category the map does not hold");
+            goto done;
+        }
+        memcpy(self->scratch + 1, (const char *)map.buf + 4 * cat, 4);
+        if ((id = table_intern(&self->flows, self->scratch, len, NULL, NULL)) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy((char *)out.buf + 4 * (i - start), &id, 4);
+    }
+    result = PyLong_FromSsize_t(count - start);
+done:
+    PyBuffer_Release(&map);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *Scanner_flow_count(Scanner *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromLong(self->flows.count);
+}
+
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS, scan_doc},
     {"cache_bytes", (PyCFunction)Scanner_cache_bytes, METH_NOARGS,
      "Bytes held by the scanner's own hash tables (for the memory budget)."},
+    {"flow_ids", (PyCFunction)Scanner_flow_ids, METH_VARARGS, flow_ids_doc},
+    {"adopt_flows", (PyCFunction)Scanner_adopt_flows, METH_VARARGS, adopt_flows_doc},
+    {"flow_count", (PyCFunction)Scanner_flow_count, METH_NOARGS,
+     "How many distinct flow keys this Scanner has given ids to."},
     {NULL, NULL, 0, NULL},
 };
 

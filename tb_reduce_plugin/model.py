@@ -381,6 +381,9 @@ _INTERNED_OVERHEAD = 104
 # load): freed for good when a table is built. Their int ids (pymalloc's) are left
 # counted: those pages sit among the strings' and do not go back to the system.
 _MAP_SLOT = 48
+# A flow key no scan gives an id to (`TableBuilder._other_flows`): its tuple, its id, a
+# bound on its value (an id2 object, a float, a big int); besides `_INTERNED_OVERHEAD`.
+_OTHER_FLOW_BYTES = 56 + 28 + 64
 # A counter sample kept in Python lists until `build`: an int, a series id, a float.
 _COUNTER_ROW_BYTES = 3 * 8 + 56
 
@@ -429,7 +432,8 @@ class TableBuilder:
         self._pids = Interner()
         self._tids = Interner()
         self._names = Interner()
-        self._flows = Interner()
+        self._flows = Interner()  # without the native scanner (with it: its own table, `_flow_ids`)
+        self._other_flows: dict = {}  # flow keys no scan gives ids to, beside the scanner's (`_flow_ids`)
         self._series = Interner()
         self._cats = Interner()
         self._cats.ids_of([None])  # id 0: no category
@@ -458,12 +462,8 @@ class TableBuilder:
         the `{` bytes in `text`, when the caller counted them already (an event opens
         one); a count too small makes the scanner hand the block back, never misread it."""
         module = scanner_module()
-        if module is None:
+        if module is None or self._native_scanner(module) is None:
             return None
-        if self._scanner is None:
-            i = (self._names, self._cats, self._pids, self._tids, self._flows)
-            self._scanner = module.Scanner(i[0].ids, i[0].values, i[1].ids, i[1].values, i[2].ids, i[2].values,
-                                           i[3].ids, i[3].values, i[4].ids, i[4].values)
         rows = max(module.braces(text) if rows is None else rows, 1)
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
@@ -482,6 +482,28 @@ class TableBuilder:
             return None
         return ScannedBlock(n, cols, _raw_events(text, cols))
 
+    def _native_scanner(self, module: Any) -> Any:
+        """The builder's scanner, made at its first use. Its flow keys are its own (bytes in
+        its table, no Python value each: `flow_ids` gives blocks the pure path decoded ids
+        from the same table), so it is made only before any flow key was interned in
+        Python; a builder that began without the extension goes on without it."""
+        if self._scanner is None and not len(self._flows):
+            i = (self._names, self._cats, self._pids, self._tids)
+            self._scanner = module.Scanner(i[0].ids, i[0].values, i[1].ids, i[1].values, i[2].ids, i[2].values,
+                                           i[3].ids, i[3].values)
+        return self._scanner
+
+    def _flow_ids(self, cats: np.ndarray, cat_values: list, ids: list) -> np.ndarray:
+        """Flow key ids of decoded events, (category, id) each: first met, first numbered,
+        in the scanner's table when there is one (`_native_scanner`), else the interner's."""
+        module = scanner_module()
+        scanner = self._scanner if self._scanner is not None or module is None else self._native_scanner(module)
+        if scanner is None:
+            return self._flows.ids_of(list(zip(cat_values, ids)))
+        out = np.empty(len(ids), dtype=np.int32)
+        scanner.flow_ids(np.ascontiguousarray(cats, dtype=np.int32), ids, self._other_flows, out)
+        return out
+
     def _halves_for(self, module: Any, text: Any) -> Optional[HalfScanner]:
         """The second scanner, for a block big enough to split on a machine with two cores."""
         if self._halves is not None and self._halves.full:
@@ -492,7 +514,7 @@ class TableBuilder:
             if scan_halves.usable_cores() < 2:
                 self._halves_done = True
                 return None
-            i = (self._names, self._cats, self._pids, self._tids, self._flows)
+            i = (self._names, self._cats, self._pids, self._tids)
             self._halves = HalfScanner(module, i)
         return self._halves
 
@@ -530,7 +552,8 @@ class TableBuilder:
         scanner = self._scanner.cache_bytes() + 62 * self._scan_rows if self._scanner is not None else 0
         if self._halves is not None:
             scanner += self._halves.held_bytes()
-        return self._col_bytes + interned + scanner + _COUNTER_ROW_BYTES * len(self._c_event)
+        others = (_INTERNED_OVERHEAD + _OTHER_FLOW_BYTES) * len(self._other_flows)
+        return self._col_bytes + interned + scanner + others + _COUNTER_ROW_BYTES * len(self._c_event)
 
     def _interned_bytes(self, interner: Interner) -> int:
         """Size of an interner's values, measured once per value (new ones only)."""
@@ -560,7 +583,7 @@ class TableBuilder:
             ids = list(map(attrgetter("id"), evs))
             for j in [j for j, v in enumerate(ids) if v is None]:  # id2 stands in for a missing id
                 ids[j] = _hashable(evs[j].id2)
-            flow_key[flows] = self._flows.ids_of(list(zip(map(attrgetter("cat"), evs), ids)))
+            flow_key[flows] = self._flow_ids(cat[flows], list(map(attrgetter("cat"), evs)), ids)
             bind[flows] = (ph[flows] != ord("f")) | (np.array(list(map(attrgetter("bp"), evs)), dtype=object) == "e")
         instants = np.flatnonzero(np.isin(ph, INSTANT_PHASES)).tolist()
         if instants:
@@ -672,7 +695,7 @@ class TableBuilder:
         # The scanner's hash tables and key arena (as big as the names again) and its
         # reused columns are done with: freed and given back before the table is assembled.
         scanner = self._held()
-        self._scanner, self._scan_cols, self._scan_rows = None, {}, 0
+        self._scanner, self._scan_cols, self._scan_rows, self._other_flows = None, {}, 0, {}
         scanner -= self._held()
         if self._account is not None and scanner > 0:
             self._account.release(scanner)

@@ -16,10 +16,15 @@ the plain case, or a cut the scanner refuses, makes the caller scan the block wh
 before: whatever either scanner interned meanwhile is the block's own values, which the
 whole scan interns anyway.
 
+Flow keys (one per flow, nearly all new) are never Python values: the second scanner
+keeps their bytes and the builder's scanner adopts them natively (`Scanner.adopt_flows`),
+its categories mapped first.
+
 The private tables hold the values they met (the builder's own objects for those it met
-first, copies of the others): they are charged to the builder (`held_bytes`) and, past
-`MAX_PRIVATE_VALUES` of one kind (flow ids are distinct per flow), the builder starts a
-fresh second scanner, so they stay bounded however many distinct values a trace holds.
+first, copies of the others) and the flow keys: they are charged to the builder
+(`held_bytes`) and, past `MAX_PRIVATE_VALUES` of one kind (flow ids are distinct per
+flow), the builder starts a fresh second scanner, so they stay bounded however many
+distinct values a trace holds.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ _BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _WS = frozenset(b" \t\n\r")
 # The columns that hold interned ids, in the order of the scanner's tables.
 _ID_COLUMNS = ("name", "cat", "pid", "tid", "flow")
+_CAT, _FLOW = _ID_COLUMNS.index("cat"), _ID_COLUMNS.index("flow")
 _VALUE_OVERHEAD = 104  # a dict slot and a list slot per private value (as `model`)
 
 
@@ -61,11 +67,11 @@ class HalfScanner:
     from their ids to the builder's."""
 
     def __init__(self, module: ModuleType, interners: Sequence[Any]) -> None:
-        """`interners`: the builder's, in the scanner's order (names, cats, pids, tids,
-        flows); each has `ids_of(values) -> int32 ids`, interning new values in order."""
+        """`interners`: the builder's, in the scanner's order (names, cats, pids, tids);
+        each has `ids_of(values) -> int32 ids`, interning new values in order."""
         self._interners = interners
-        self._ids: list[dict] = [{} for _ in _ID_COLUMNS]
-        self._values: list[list] = [[] for _ in _ID_COLUMNS]
+        self._ids: list[dict] = [{} for _ in _ID_COLUMNS[:_FLOW]]
+        self._values: list[list] = [[] for _ in _ID_COLUMNS[:_FLOW]]
         args: list[Any] = []
         for ids, values in zip(self._ids, self._values):
             args += [ids, values]
@@ -73,12 +79,12 @@ class HalfScanner:
         self._maps = [np.zeros(0, dtype=np.int32) for _ in _ID_COLUMNS]
         self._rows = 0
         self._cols: dict[str, np.ndarray] = {}
-        self._measured = [0] * len(_ID_COLUMNS)
+        self._measured = [0] * _FLOW
         self._value_bytes = 0
 
     @property
     def full(self) -> bool:
-        return max(map(len, self._values)) > MAX_PRIVATE_VALUES
+        return max(max(map(len, self._values)), self._scanner.flow_count()) > MAX_PRIVATE_VALUES
 
     def held_bytes(self) -> int:
         """What this scanner holds: its hash tables, its columns, its private values."""
@@ -152,12 +158,25 @@ class HalfScanner:
         joined = {}
         for k, _ in columns:
             a, b = cols[k][:na], self._cols[k][:nb]
-            if k in _ID_COLUMNS:
+            if k == "flow":
+                b = self._builder_flows(scanner, b)
+            elif k in _ID_COLUMNS:
                 b = self._builder_ids(_ID_COLUMNS.index(k), b)
             elif k in ("start", "end"):
                 b = b + offset
             joined[k] = np.concatenate((a, b))
         return na + nb, joined
+
+    def _builder_flows(self, scanner: Any, ids: np.ndarray) -> np.ndarray:
+        """Private flow key ids (-1: none) as the builder's scanner's: the keys met since
+        the last call adopted by it in the order met, their categories mapped first."""
+        self._builder_ids(_CAT, np.zeros(0, dtype=np.int32))  # categories met since: the builder's
+        known, count = len(self._maps[_FLOW]), self._scanner.flow_count()
+        if count > known:
+            fresh = np.empty(count - known, dtype=np.int32)
+            scanner.adopt_flows(self._scanner, self._maps[_CAT], known, fresh)
+            self._maps[_FLOW] = np.concatenate((self._maps[_FLOW], fresh))
+        return self._mapped(_FLOW, ids)
 
     def _builder_ids(self, kind: int, ids: np.ndarray) -> np.ndarray:
         """`ids` (private, -1 for none) as the builder's ids; the private values met
@@ -166,6 +185,9 @@ class HalfScanner:
         if len(values) > known:
             fresh = self._interners[kind].ids_of(values[known:])
             self._maps[kind] = np.concatenate((self._maps[kind], fresh.astype(np.int32)))
+        return self._mapped(kind, ids)
+
+    def _mapped(self, kind: int, ids: np.ndarray) -> np.ndarray:
         if not len(self._maps[kind]):  # nothing met: every id is -1 (no flow)
             return ids.astype(np.int32)
         out = self._maps[kind][np.maximum(ids, 0)]

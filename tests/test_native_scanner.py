@@ -13,7 +13,7 @@ import pytest
 from index_support import reductions as _reductions
 
 from tb_reduce_plugin import native as native_module
-from tb_reduce_plugin.model import ScannedBlock, TableBuilder
+from tb_reduce_plugin.model import ChromeEvent, Interner, ScannedBlock, TableBuilder
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_to_bytes
 from tb_reduce_plugin.reduce.reduction import default_window
 from tests.table_equality import difference_both_ways, native
@@ -151,6 +151,70 @@ def test_the_scanner_charges_its_hash_tables_to_the_builders_memory() -> None:
         table = builder.build()
     assert table.names[:3] == ["op0", "op1", "op2"] and len(table.names) == 20_000
     assert np.array_equal(table.ts, np.arange(20_000, dtype=np.float64))
+
+
+def _flows_block(ids: list) -> bytes:
+    return json.dumps([{"ph": "s" if k % 2 else "f", "bp": "e", "cat": "c", "id": v, "pid": 1, "tid": 1, "ts": k}
+                       for k, v in enumerate(ids)]).encode()
+
+
+# Flow ids as the pure path may hold them: equal by Python's rules (7 == 7.0 == True + 6,
+# -0.0 == 0, 2**70 == float(2**70)) or never equal to a scanned one (a fraction, a lone
+# surrogate, an id2 made hashable, a big int, NaN).
+DECODED_FLOW_IDS = [7, 7.0, "a", True, 1, 1.0, -0.0, 0, 2**70, float(2**70), 1.5, "a\ud800", "a\ud800",
+                    ("local", "0x1"), ("local", "0x1"), 2**63, -2**63, float(-2**63), float("nan"), "\u00e9", None]
+
+
+def test_flow_keys_of_decoded_events_take_the_ids_the_scan_gives_by_pythons_equality() -> None:
+    """The scanner keeps flow keys as bytes, no Python value each; events the pure path
+    decoded intern theirs into the same table, by Python's equality, numbered in the
+    order met, so every id is the one a pure build's `Interner` gives."""
+    nan = DECODED_FLOW_IDS[-3]
+    with native(True):
+        builder = TableBuilder()
+        block = builder.scan(_flows_block([7, "a", "\u00e9", 0, -2**59]))
+        assert isinstance(block, ScannedBlock)
+        builder.add(block, 1)
+        decoded = [ChromeEvent(ph="s", cat="c", id=v, pid=1, tid=1, ts=1.0) for v in DECODED_FLOW_IDS]
+        decoded += [ChromeEvent(ph="f", cat=None, id=7, bp="e", pid=1, tid=1, ts=2.0),
+                    ChromeEvent(ph="t", cat="c", id=nan, pid=1, tid=1, ts=3.0)]
+        builder.add(decoded, 1)
+        assert not builder._flows.values  # no Python value per scanned flow key
+        native_ids = builder.build().flow_key
+    pure = Interner()
+    expected = pure.ids_of([("c", v) for v in [7, "a", "\u00e9", 0, -2**59]]
+                           + [(ev.cat, ev.id if ev.id is not None else None) for ev in decoded])
+    assert native_ids.tolist() == expected.tolist()
+    d = native_ids[5:]
+    assert d[0] == d[1] == native_ids[0] and d[2] == native_ids[1] and d[6] == d[7] == native_ids[3]
+    assert d[8] == d[9] and d[11] == d[12] != d[2] and d[16] == d[17] != native_ids[4] and d[19] == native_ids[2]
+
+
+def test_a_scanner_adopts_flow_keys_only_from_a_private_one_with_every_category_mapped() -> None:
+    with native(True):
+        module = native_module.scanner_module()
+    assert module is not None
+    tables = lambda: [x for _ in range(4) for x in ({}, [])]  # noqa: E731
+    private, shared = module.Scanner(*tables(), private=True), module.Scanner(*tables())
+    text = _flows_block([7, "a", 7, "b"])
+    cols = [np.empty(4, dtype=d) for d in (np.uint8, np.float64, np.float64, np.int32, np.int32, np.int32, np.int32,
+                                           np.int32, np.uint8, np.uint8, np.int64, np.int64)]
+    assert private.scan(text, *cols) == 4 and private.flow_count() == 3
+    out = np.empty(3, dtype=np.int32)
+    with pytest.raises(IndexError):
+        shared.adopt_flows(private, np.zeros(0, dtype=np.int32), 0, out)  # its category unmapped
+    with pytest.raises(ValueError):
+        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), 4, np.empty(0, dtype=np.int32))
+    with pytest.raises(ValueError):
+        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), 0, np.empty(2, dtype=np.int32))
+    with pytest.raises(ValueError):
+        private.adopt_flows(shared, np.zeros(1, dtype=np.int32), 0, np.empty(0, dtype=np.int32))
+    cat = np.array([5], dtype=np.int32)  # its category 0 is the shared one's 5
+    assert shared.adopt_flows(private, cat, 1, out[:2]) == 2  # "a", "b": the shared one's first
+    assert shared.adopt_flows(private, cat, 0, out) == 3 and out.tolist() == [2, 0, 1]
+    again = np.empty(2, dtype=np.int32)
+    shared.flow_ids(np.array([5, 4], dtype=np.int32), [7.0, 7], {}, again)
+    assert again.tolist() == [2, 3] and shared.flow_count() == 4
 
 
 def test_a_build_named_by_tb_reduce_scan_path_is_the_one_loaded() -> None:

@@ -165,7 +165,7 @@ def test_a_private_scanner_refuses_tables_that_are_not_empty() -> None:
         module = native_module.scanner_module()
     assert module is not None
     with pytest.raises(ValueError, match="private"):
-        module.Scanner({"x": 0}, ["x"], {}, [], {}, [], {}, [], {}, [], private=True)
+        module.Scanner({"x": 0}, ["x"], {}, [], {}, [], {}, [], private=True)
 
 
 def test_a_private_scanner_makes_the_values_it_met_even_from_a_block_it_hands_back() -> None:
@@ -173,7 +173,7 @@ def test_a_private_scanner_makes_the_values_it_met_even_from_a_block_it_hands_ba
         module = native_module.scanner_module()
     assert module is not None
     tables: list = []
-    for _ in range(5):
+    for _ in range(4):
         tables += [{}, []]
     scanner = module.Scanner(*tables, private=True)
     text = (b'[{"ph":"X","name":"a","pid":1,"tid":2,"ts":1,"dur":1},{"ph":"X","name":"b","pid":1,"tid":2,"ts":1},'
