@@ -17,7 +17,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
@@ -405,40 +404,14 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 def _indexer(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
     """`index.store.indexed` over `--cache-dir`'s store; without one (or where it cannot be
     used), a parse that writes a big trace's columns to a temporary folder."""
+    from .index.store import IndexStore, default_index_bytes, indexed, parse_spilling_to_temp
+
     if not args.cache_dir:
-        return _parse_spilling_to_temp
-    from .index.store import IndexStore, default_index_bytes, indexed
+        return parse_spilling_to_temp
 
     folder = os.path.join(args.cache_dir, "index")
     store = IndexStore(folder, default_index_bytes(folder))
-    return functools.partial(indexed, store) if store.usable else _parse_spilling_to_temp
-
-
-# A trace file from this size on is parsed into a temporary folder rather than in memory.
-SPILL_FROM_BYTES = 64 << 20
-
-
-def _parse_spilling_to_temp(path: str, **options: Any) -> Any:
-    """`pipeline.index_file`, a big trace's columns (and what plans prepare on them, and an
-    XSpace's bytes) written block by block into a folder of the system's temporary
-    directory (`TMPDIR`) and mapped from there, as a server writes them into its cache
-    (`index.store.parse_into`): what the command holds then stays near the budget's floor
-    however big the trace is. The folder goes when the index does (at exit at the latest).
-    A small trace, a path that is no local file, or a disk that fails the folder: parsed
-    in memory."""
-    from .index.store import parse_into
-
-    try:
-        big = os.stat(path).st_size >= SPILL_FROM_BYTES
-    except OSError:
-        big = False  # not a local file (or not there): index_file says what it is
-    folder = None
-    if big:
-        try:
-            folder = tempfile.mkdtemp(prefix="tb-reduce-")
-        except OSError:
-            pass
-    return parse_into(folder, path, **options)
+    return functools.partial(indexed, store) if store.usable else parse_spilling_to_temp
 
 
 def _add_max_memory(p: argparse.ArgumentParser,

@@ -576,7 +576,6 @@ def test_a_big_trace_is_parsed_into_a_temporary_folder_gone_when_the_command_end
 
     import numpy as np
 
-    from tb_reduce_plugin import cli
     from tb_reduce_plugin.index import store as store_module
     from tb_reduce_plugin.reduce import pipeline
 
@@ -596,7 +595,7 @@ def test_a_big_trace_is_parsed_into_a_temporary_folder_gone_when_the_command_end
     monkeypatch.setattr(pipeline, "index_file", spy)
     monkeypatch.setattr(store_module, "index_file", spy)
     assert main(["reduce", str(src), "-o", str(tmp_path / "memory.json"), "--level", "2"]) == 0
-    monkeypatch.setattr(cli, "SPILL_FROM_BYTES", 0)
+    monkeypatch.setattr(store_module, "SPILL_FROM_BYTES", 0)
     assert main(["reduce", str(src), "-o", str(tmp_path / "spilled.json"), "--level", "2"]) == 0
     assert mapped == [False, True]
     assert (tmp_path / "memory.json").read_bytes() == (tmp_path / "spilled.json").read_bytes()

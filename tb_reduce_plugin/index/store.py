@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 import weakref
@@ -849,6 +850,32 @@ def parse_into(spill: Optional[str], path: str, *, account: Optional[Account] = 
     else:
         IndexStore.forget_spill(index)
     return index
+
+
+# A trace file from this size on is parsed into a temporary folder rather than in memory
+# (`parse_spilling_to_temp`).
+SPILL_FROM_BYTES = 64 << 20
+
+
+def parse_spilling_to_temp(path: str, **options: Any) -> TraceIndex:
+    """`pipeline.index_file` for a caller without an index store (the CLI without
+    --cache-dir, the live sidecar's windows): a big trace's columns (and what plans prepare
+    on them, and an XSpace's bytes) written block by block into a folder of the system's
+    temporary directory (`TMPDIR`) and mapped from there, as a server writes them into its
+    cache (`parse_into`), so what the caller holds stays near its budget's floor however
+    big the trace is. The folder goes when the index does (at exit at the latest). A small
+    trace, a path that is no local file, or a disk that fails the folder: parsed in memory."""
+    try:
+        big = os.stat(path).st_size >= SPILL_FROM_BYTES
+    except OSError:
+        big = False  # not a local file (or not there): index_file says what it is
+    folder = None
+    if big:
+        try:
+            folder = tempfile.mkdtemp(prefix="tb-reduce-")
+        except OSError:
+            pass
+    return parse_into(folder, path, **options)
 
 
 def _builder_alive(name: str) -> bool:

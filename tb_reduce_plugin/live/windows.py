@@ -56,8 +56,9 @@ import numpy as np
 from ..budget import MemoryBudget, Unlimited
 from ..errors import TraceError
 from ..formats.sources import FileIdentity
+from ..index.store import parse_spilling_to_temp
 from ..model import PH_M
-from ..reduce.pipeline import derive_index, index_file, parse_level, reduce_index
+from ..reduce.pipeline import TraceIndex, derive_index, parse_level, reduce_index
 from ..waveforms.steps import StepSeries
 
 Level = Union[int, str]
@@ -113,8 +114,9 @@ class WindowRecord:
     level: Level  # the level the reduction used (auto's choice)
     reduce_s: float
     steps: StepSeries
-    # The window's parsed events, for the drive recorder's triggers without a second parse;
-    # the caller drops the record (and them) when done with the window.
+    # The window's index (its parsed events, and the temporary folder they may be mapped
+    # from), for the drive recorder's triggers without a second parse; the caller drops
+    # the record (and them, and the folder) when done with the window.
     table: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -346,10 +348,10 @@ class WindowWriter:
         try:
             os.mkdir(tmp)
             trace_path = os.path.join(tmp, host + TRACE_SUFFIX)
-            stats, steps, identity, table = self._reduce(raw_path, trace_path, expect)
+            stats, steps, identity, index = self._reduce(raw_path, trace_path, expect)
             reduce_s = time.perf_counter() - began
             if captured_t0 is None:
-                captured_t0 = captured_t1 - trace_span_s(steps, table)
+                captured_t0 = captured_t1 - trace_span_s(steps, index.table)
             name = f"{window_time(captured_t0)}-{seq:0{SEQ_DIGITS}d}"
             final = os.path.join(self.live_dir, name)
             if key is None:
@@ -359,7 +361,7 @@ class WindowWriter:
                 trace_path=os.path.join(final, host + TRACE_SUFFIX), host=host, captured_t0=float(captured_t0),
                 captured_t1=float(captured_t1), raw=key, events_in=int(stats["input"]["events"]),
                 events_out=int(stats["output"]["events"]), truncated=bool(stats["input"].get("truncated")),
-                level=stats["level"], reduce_s=reduce_s, steps=steps, table=table)
+                level=stats["level"], reduce_s=reduce_s, steps=steps, table=index)
             with open(os.path.join(tmp, WINDOW_JSON), "w", encoding="utf-8") as f:
                 doc = _window_json(record, os.path.getsize(trace_path))
                 if series:
@@ -402,17 +404,20 @@ class WindowWriter:
         self._append_ledger(self._seq, key, REFUSED)
 
     def _reduce(self, raw_path: str, trace_path: str,
-                expect: Optional[FileIdentity] = None) -> tuple[dict[str, Any], StepSeries, Any, Any]:
-        """Index once; reduce and derive the steps from the same index."""
+                expect: Optional[FileIdentity] = None) -> tuple[dict[str, Any], StepSeries, Any, TraceIndex]:
+        """Index once; reduce and derive the steps from the same index. A big window (an
+        XSpace of hundreds of MB) is parsed into a temporary folder and mapped, as the CLI
+        parses without --cache-dir (`parse_spilling_to_temp`): file-backed pages, not the
+        sidecar's memory; the folder goes with the window's table."""
         budget = MemoryBudget(self.max_memory_bytes, flag="--max-memory-mb") if self.max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(raw_path)}")
-        index = index_file(raw_path, account=reading, expect=expect)
+        index = parse_spilling_to_temp(raw_path, account=reading, expect=expect)
         index.account = reading
         with open(trace_path, "wb") as out, budget.account(f"reducing {os.path.basename(raw_path)}") as reducing:
             stats = reduce_index(index, out, self.level, gzip=True, account=reducing)
         with budget.account(f"deriving the steps of {os.path.basename(raw_path)}") as deriving:
             steps = derive_index(index, deriving)
-        return stats, steps, index.identity, index.table
+        return stats, steps, index.identity, index
 
     def _append_ledger(self, seq: int, key: RawKey, state: str = DONE) -> None:
         """One whole line per change of a window's state, appended (compacted past twice

@@ -293,3 +293,40 @@ def test_sigkill_at_random_moments_leaves_only_complete_windows(tmp_path: Path) 
     rec = w.write(raw, time.time(), time.time() + 1)
     assert rec.sequence > max(seqs)
     assert Catalog(str(logdir)).find(rec.run, "window") is not None
+
+
+@pytest.mark.parametrize("kind", ["chrome", "xspace"])
+def test_a_big_window_is_parsed_into_a_temporary_folder_that_goes_with_its_record(
+        tmp_path: Path, raw: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window from `SPILL_FROM_BYTES` on (a JAX XSpace of hundreds of MB) is parsed as
+    the CLI parses without --cache-dir: its bytes and columns written to a folder of TMPDIR
+    and mapped, file-backed pages rather than the sidecar's memory. The window is the one
+    a parse in memory writes, its record's index still serves the triggers, and the folder
+    goes when the record is dropped."""
+    import gc
+    import gzip
+    import tempfile
+
+    import numpy as np
+
+    from tb_reduce_plugin.index import store
+    from tb_reduce_plugin.live.triggers import StepHistory, evaluate, parse_trigger
+
+    src = next((TESTS.parent / "demo_logdir" / "jax_mlp").rglob("*.xplane.pb")) if kind == "xspace" else raw
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    in_memory = WindowWriter(tmp_path / "memory").write(src, T0, T0 + 1)
+    assert not isinstance(in_memory.table.table.ts, np.memmap) and list(temp.iterdir()) == []
+    monkeypatch.setattr(store, "SPILL_FROM_BYTES", 0)
+    spilled = WindowWriter(tmp_path / "spilled").write(src, T0, T0 + 1)
+    assert isinstance(spilled.table.table.ts, np.memmap) and len(list(temp.iterdir())) == 1
+    assert gzip.decompress(Path(spilled.trace_path).read_bytes()) == gzip.decompress(
+        Path(in_memory.trace_path).read_bytes())
+    triggers = [parse_trigger("step:1.01x"), parse_trigger("stall:1ms"), parse_trigger("name:.:1us")]
+    firings = [[f.reason for f in evaluate(triggers, r.table, StepHistory(), steps=r.steps, source=str(src))]
+               for r in (in_memory, spilled)]
+    assert firings[0] == firings[1] and firings[0]
+    del spilled
+    gc.collect()
+    assert list(temp.iterdir()) == []
