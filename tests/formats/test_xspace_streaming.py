@@ -259,6 +259,28 @@ def test_a_plane_whose_id_takes_ten_bytes_on_the_wire_reads(tmp_path: Path) -> N
     assert len(trace.table.ph) - len(trace.meta_json) == 3
 
 
+def test_the_walk_down_to_each_lines_events_moves_the_bar_between_the_reading_and_the_decoding(
+        tmp_path: Path) -> None:
+    """Between reading a big XSpace's bytes and decoding its events, the lines are walked
+    (seconds at 1 GB): the bar moves through `WALK_SHARE` of what follows the reading as
+    they are, then through the decoding, forwards only."""
+    from tb_reduce_plugin.formats import xspace
+    from tb_reduce_plugin.reduce import pipeline
+
+    path = tmp_path / "lines.xplane.pb"
+    path.write_bytes(_space([_line(vfield(1, k) + sfield(2, b"t%d" % k) + vfield(3, 1_700_000_000_000_000_000),
+                                   _events(300)) for k in range(40)]))
+    calls: list[int] = []
+    pipeline.index_file(path, progress=lambda done, total: calls.append(done))
+    size = path.stat().st_size
+    read = pipeline.READ_SHARE["xspace"] * size
+    walked = size * (pipeline.READ_SHARE["xspace"] + (1 - pipeline.READ_SHARE["xspace"]) * xspace.WALK_SHARE)
+    assert calls == sorted(calls) and calls[-1] == size
+    walking = [d for d in calls if read < d <= walked]
+    assert len(walking) >= 20  # a report per line (each 2.5 % of the file) while walking
+    assert len([d for d in calls if walked < d < size]) >= 20  # then per line decoded
+
+
 def test_the_progress_of_an_xspace_counts_its_decoding_not_only_its_reading(tmp_path: Path) -> None:
     """Reading an XSpace is the quick part (into its folder); decoding its events follows.
     The bar counts the reading for `READ_SHARE` of the file and the decoding for the rest:
