@@ -170,12 +170,16 @@ def chunk_end(by_start: np.ndarray, track: np.ndarray, start: np.ndarray, a: int
     one, so that whatever orders slices within one (track, start) can work chunk by chunk."""
     m = len(by_start)
     b = min(a + chunk, m)
+    if b >= m:
+        return b
+    last = by_start[b - 1]
+    step = 64  # a run of one (track, start) is a few slices: look that far first, then further
     while b < m:
-        last = by_start[b - 1]
-        ahead = np.asarray(by_start[b:b + chunk])
+        ahead = np.asarray(by_start[b:b + step])
         same = (track[ahead] == track[last]) & (start[ahead] == start[last])
         differ = np.flatnonzero(~same)
         if len(differ):
             return b + int(differ[0])
         b += len(ahead)
+        step = min(2 * step, chunk)
     return b

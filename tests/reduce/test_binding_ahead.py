@@ -138,3 +138,20 @@ def test_two_plans_of_one_table_at_once_make_its_binding_once_and_agree(flowing,
         assert same(got[0], want) and same(got[1], want), name
         assert made == [WORKER]  # made once, on the worker: the other plan waited for it
         assert not reduction._ahead
+
+
+def test_the_binding_order_sorts_only_slices_that_share_a_track_and_start_and_agrees_with_a_whole_sort() -> None:
+    """Slices in the plans' order (track, start, slice) reach the binding's (track, start,
+    longest first, slice) by sorting only the runs that share a (track, start): the same
+    rows as `np.lexsort` over every slice, NaN starts and ends included."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(1, 80))
+        trk = np.sort(rng.integers(0, 3, n)).astype(np.int32)
+        start = rng.choice(np.array([0.0, 1.0, 2.5, np.nan]), n)
+        end = start + rng.choice(np.array([0.0, 1.0, 4.0, np.nan]), n)
+        idx = rng.permutation(n).astype(np.int64)
+        by_start = np.lexsort((idx, start, trk))
+        trk, start, end, idx = trk[by_start], start[by_start], end[by_start], idx[by_start]
+        assert np.array_equal(reduction._longest_first_within_ties(idx, trk, start, end),
+                              np.lexsort((idx, -end, start, trk)))
