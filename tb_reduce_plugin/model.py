@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import itertools
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -220,6 +221,19 @@ def decode_events(text: bytes) -> list[ChromeEvent]:
     return [_lenient_one(r) for r in _raw_list.decode(text)]
 
 
+def time_span(ph: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[float, float]:
+    """First time and last end of these rows' timed events (`M` aside; an `X` ends at its
+    time plus its duration, NaN or negative as 0): (inf, -inf) when none is timed. Min and
+    max, so the span of a table is that of its blocks' spans."""
+    ok = ~np.isnan(ts) & (ph != PH_M)
+    if not ok.any():
+        return math.inf, -math.inf
+    ts = ts[ok]
+    dur = np.where(ph[ok] == PH_X, np.maximum(np.nan_to_num(dur[ok], nan=0.0), 0.0), 0.0)
+    with np.errstate(over="ignore"):  # an end past the largest float is inf: refused by the plan, in words
+        return float(ts.min()), float((ts + dur).max())
+
+
 def _finite(x: np.ndarray) -> np.ndarray:
     """An infinite time (1e400 in the file) is as good as none: NaN."""
     x[np.isinf(x)] = NAN
@@ -327,6 +341,9 @@ class EventTable:
     # A folder where the biggest prepared arrays are written and mapped instead of held
     # (`mapped.spill`); its owner (the index) removes it. None: they are held in memory.
     scratch: Optional[str] = field(default=None, repr=False, compare=False)
+    # First time and last end of its timed events (`time_span`), found while it was built
+    # (a block at a time, as they came); None: not known (`reduction.default_window` reads them).
+    span: Optional[tuple[float, float]] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.cat) != len(self.ph):  # a format without categories: every event's is None
@@ -438,6 +455,7 @@ class TableBuilder:
         self._cats = Interner()
         self._cats.ids_of([None])  # id 0: no category
         self._steps: list[tuple[int, float]] = []
+        self._span = (math.inf, -math.inf)  # the table's `span` so far
         self._process_names: dict = {}
         self._thread_names: dict = {}
         self._c_event: list[int] = []
@@ -627,6 +645,8 @@ class TableBuilder:
         self._last_track = self._track_ids(pid, tid)
         block = {"ph": ph, "ts": _finite(ts), "dur": _finite(dur), "track": self._last_track, "name": name,
                  "cat": cat, "flow_key": flow_key, "bind": bind, "scope": scope}
+        t0, t1 = time_span(ph, block["ts"], block["dur"])
+        self._span = (min(self._span[0], t0), max(self._span[1], t1))
         if self._spill is not None:
             self._spill.append(block)
             return
@@ -740,6 +760,7 @@ class TableBuilder:
             step_value=np.asarray([v for _, v in self._steps], dtype=np.float64),
             process_names=dict(self._process_names),
             thread_names=dict(self._thread_names),
+            span=self._span,
         )
         # The table keeps the interned values (their lists, handed over), not the maps from
         # value to id: their tables are freed here rather than counted as long as the

@@ -31,7 +31,7 @@ def table_difference(a: EventTable, b: EventTable) -> Optional[str]:
     """The first field where two tables differ: arrays by dtype and value (NaN equal
     to NaN), lists and dicts by value and by type (1 and 1.0 and True are not the same)."""
     for name in a.__dataclass_fields__:
-        if name == "prepared":
+        if name in ("prepared", "span"):  # prepared state; a span the reader found, or None
             continue
         x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, np.ndarray):

@@ -29,7 +29,20 @@ from .. import slices as slices_module
 from ..errors import TraceError
 from ..index.prepared import prepared_of
 from ..mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly
-from ..model import FLOW_PHASES, INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable, ph_in
+from ..model import (
+    FLOW_PHASES,
+    INSTANT_PHASES,
+    PH_B,
+    PH_C,
+    PH_E,
+    PH_M,
+    PH_X,
+    SCOPE_GLOBAL,
+    SCOPE_PROCESS,
+    EventTable,
+    ph_in,
+    time_span,
+)
 from ..scan_halves import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
@@ -138,20 +151,14 @@ CHUNK_EVENTS = slices_module.CHUNK_EVENTS
 
 
 def _default_window(t: EventTable) -> tuple[float, float]:
-    """First time and last end of the timed events (`M` aside), a chunk of events at a time:
-    the same min and max as over all of them at once, without ~30 B an event of temporaries."""
-    t0, t1, any_ok = math.inf, -math.inf, False
-    for a in range(0, len(t.ts), CHUNK_EVENTS):
-        ts, ph, dur = (np.asarray(c[a:a + CHUNK_EVENTS]) for c in (t.ts, t.ph, t.dur))
-        ok = ~np.isnan(ts) & (ph != PH_M)
-        if not ok.any():
-            continue
-        any_ok = True
-        ts = ts[ok]
-        dur = np.where(ph[ok] == PH_X, np.maximum(np.nan_to_num(dur[ok], nan=0.0), 0.0), 0.0)
-        with np.errstate(over="ignore"):  # an end past the largest float is inf: refused by the plan, in words
-            t0, t1 = min(t0, float(ts.min())), max(t1, float((ts + dur).max()))
-    if not any_ok:
+    """First time and last end of the timed events (`M` aside): the span its reader found
+    as it built the table, or else found a chunk of events at a time (the same min and max
+    as over all of them at once, without ~30 B an event of temporaries)."""
+    t0, t1 = t.span if t.span is not None else (math.inf, -math.inf)
+    for a in range(0, len(t.ts) if t.span is None else 0, CHUNK_EVENTS):
+        c0, c1 = time_span(*(np.asarray(c[a:a + CHUNK_EVENTS]) for c in (t.ph, t.ts, t.dur)))
+        t0, t1 = min(t0, c0), max(t1, c1)
+    if t0 > t1:  # no timed event
         return 0.0, 1.0
     # A span under the finest time any input holds is one instant, as a span of zero: a
     # window must be 1 ps wide at least (`check_window`), so it would be refused otherwise.

@@ -101,3 +101,31 @@ def test_a_chrome_trace_keeps_its_blocks_after_one_full_pass_and_reads_only_thos
     del index, source
     gc.collect()
     assert not any(store.iterdir())  # the store goes with its index
+
+
+SPAN_CASES = [
+    [],  # no events
+    [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}}],  # metadata only: no timed event
+    [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": -3}, {"ph": "i", "name": "b", "ts": 2},
+     {"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 1}, {"ph": "B", "name": "d", "ts": 9, "dur": 50},
+     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "ts": 100, "args": {"name": "t"}}],
+    [{"ph": "X", "name": "a", "ts": 1e308, "dur": 1e308}, {"ph": "X", "name": "b", "ts": "x"}],  # an end past the largest float
+]
+
+
+@pytest.mark.parametrize("events", SPAN_CASES + ["corpus"], ids=lambda e: str(e)[:40])
+def test_the_span_a_reader_finds_while_building_is_the_default_window_a_pass_over_the_table_finds(
+        events: object, tmp_path: Path) -> None:
+    import dataclasses
+
+    from tb_reduce_plugin.reduce import reduction
+
+    if events == "corpus":
+        paths = sorted((ROOT.parent / "shared" / "corpus" / "generated").rglob("*.json*"))[:6]
+    else:
+        (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+        paths = [tmp_path / "t.json"]
+    for path in paths:
+        t = index_file(path).table
+        assert t.span is not None
+        assert reduction._default_window(t) == reduction._default_window(dataclasses.replace(t, span=None))
