@@ -514,8 +514,9 @@ class TableBuilder:
     def _flow_ids(self, cats: np.ndarray, cat_values: list, ids: list) -> np.ndarray:
         """Flow key ids of decoded events, (category, id) each: first met, first numbered,
         in the scanner's table when there is one (`_native_scanner`), else the interner's."""
-        module = scanner_module()
-        scanner = self._scanner if self._scanner is not None or module is None else self._native_scanner(module)
+        scanner, module = self._scanner, scanner_module()
+        if scanner is None and module is not None:
+            scanner = self._native_scanner(module)
         if scanner is None:
             return self._flows.ids_of(list(zip(cat_values, ids)))
         out = np.empty(len(ids), dtype=np.int32)
