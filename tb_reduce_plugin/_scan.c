@@ -974,9 +974,13 @@ typedef struct {
     Out *out;
 } EventCtx;
 
+/* More events than the columns' rows: -3, told apart from text outside the plain case. */
+#define TOO_FEW_ROWS (-3)
+
 static int event_element(Cursor *c, const uint8_t *base, Py_ssize_t k, void *ctx) {
     EventCtx *e = ctx;
-    if (c->p >= c->end || *c->p != '{' || k >= e->out->cap) return -1;
+    if (c->p >= c->end || *c->p != '{') return -1;
+    if (k >= e->out->cap) return TOO_FEW_ROWS;
     return scan_event(e->self, c, base, e->out, k);
 }
 
@@ -1034,8 +1038,9 @@ static int get_out(Py_buffer *b, Py_ssize_t item, const char *what, Py_ssize_t *
 PyDoc_STRVAR(scan_doc,
 "scan(text, ph, ts, dur, name, cat, pid, tid, flow, flags, scope, start, end) -> int\n\n"
 "Scan a block `[{...},...]`, filling row k of each writable column for event k.\n"
-"Returns the number of events, or -1 when the block is not the plain case (the\n"
-"caller decodes it with the pure-Python path). Columns: ph uint8, ts/dur float64,\n"
+"Returns the number of events, -1 when the block is not the plain case (the\n"
+"caller decodes it with the pure-Python path), or -3 when it holds more events than\n"
+"the columns have rows (nothing read past them). Columns: ph uint8, ts/dur float64,\n"
 "name/cat/pid/tid/flow int32, flags/scope uint8, start/end int64 (byte span).");
 
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
@@ -1082,7 +1087,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         if (!PyErr_Occurred()) PyErr_NoMemory();  /* an allocation failed while the GIL was released */
         goto done;
     }
-    result = PyLong_FromSsize_t(n < 0 ? -1 : n);
+    result = PyLong_FromSsize_t(n == TOO_FEW_ROWS ? TOO_FEW_ROWS : n < 0 ? -1 : n);
 done:
     PyBuffer_Release(&text);
     for (int i = 0; i < 12; i++) PyBuffer_Release(&b[i]);

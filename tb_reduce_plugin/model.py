@@ -363,6 +363,7 @@ _SCAN_COLUMNS = (("ph", np.uint8), ("ts", np.float64), ("dur", np.float64), ("na
                  ("cat", np.int32), ("pid", np.int32), ("tid", np.int32), ("flow", np.int32),
                  ("flags", np.uint8), ("scope", np.uint8), ("start", np.int64), ("end", np.int64))
 _WHOLE_PHASES = (PH_C, PH_M)
+_TOO_FEW_ROWS = -3  # `Scanner.scan`: the block holds more events than the columns have rows
 
 
 @dataclass
@@ -472,33 +473,47 @@ class TableBuilder:
         self._halves_done = False  # no halves for this builder: one core
         self._scan_rows = 0
         self._scan_cols: dict[str, np.ndarray] = {}
+        self._density = 0.0  # the most events a byte a scanned block held (`scan` sizes columns by it)
 
     def scan(self, text: Any, rows: Optional[int] = None) -> Optional[ScannedBlock]:
         """The block `[...]` read by the native scanner into columns, interning into
         this builder's interners; None when the scanner is off or leaves the block to
         `decode_events` (anything but the plain case: see `_scan.c`). `rows`: at least
         the `{` bytes in `text`, when the caller counted them already (an event opens
-        one); a count too small makes the scanner hand the block back, never misread it."""
+        one); a count too small makes the scanner hand the block back, never misread it.
+        Without a count, the columns are sized from the densest block so far (events a
+        byte) and a quarter more, and only a block that holds more is counted and scanned
+        again (the first block is counted): the count is a pass over every byte on the
+        thread that scans (0.2 s at 2 GiB), the guess misses on few blocks of a trace."""
         module = scanner_module()
         if module is None or self._native_scanner(module) is None:
             return None
-        rows = max(module.braces(text) if rows is None else rows, 1)
+        counted = rows is not None
+        if rows is None:
+            rows = int(len(text) * self._density * 1.25) + 64 if self._density else module.braces(text)
+        n, cols = self._scan_sized(module, text, max(rows, 1))
+        if n == _TOO_FEW_ROWS and not counted:
+            n, cols = self._scan_sized(module, text, max(module.braces(text), 1))
+        # The strings it interned (even from a block it hands back) are held from now on:
+        # charged at this block, while the reader still holds the block's decoding charge.
+        self._charge_held("the names and other strings of the event table")
+        if n < 0:
+            return None
+        self._density = max(self._density, n / max(len(text), 1))
+        return ScannedBlock(n, cols, _raw_events(text, cols))
+
+    def _scan_sized(self, module: Any, text: Any, rows: int) -> tuple[int, dict[str, np.ndarray]]:
+        """One scan of `text` into columns of `rows` rows at least (in two halves at once
+        where it may): the events and their columns, or a code (`_scan.c`) and none."""
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
             self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}
         halves = self._halves_for(module, text)
         got = halves.scan(text, self._scanner, self._scan_cols, rows, _SCAN_COLUMNS) if halves else None
         if got is not None:
-            n, cols = got
-        else:
-            n = self._scanner.scan(text, *self._scan_cols.values())
-            cols = {k: v[:n].copy() for k, v in self._scan_cols.items()} if n >= 0 else {}
-        # The strings it interned (even from a block it hands back) are held from now on:
-        # charged at this block, while the reader still holds the block's decoding charge.
-        self._charge_held("the names and other strings of the event table")
-        if n < 0:
-            return None
-        return ScannedBlock(n, cols, _raw_events(text, cols))
+            return got
+        n = self._scanner.scan(text, *self._scan_cols.values())
+        return n, ({k: v[:n].copy() for k, v in self._scan_cols.items()} if n >= 0 else {})
 
     def _native_scanner(self, module: Any) -> Any:
         """The builder's scanner, made at its first use. Its flow keys are its own (bytes in

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -326,6 +327,71 @@ def test_a_row_count_too_small_hands_the_block_back_and_the_reader_counts_each_b
         block = TableBuilder().scan(text, rows=50)
         assert isinstance(block, ScannedBlock) and len(block) == 50
         assert native_module.scanner_module().braces(text) == text.count(b"{") == 50
+
+
+def test_without_a_count_a_block_denser_than_the_guess_is_counted_and_scanned_again_into_the_same_columns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uncounted, the columns are sized from the densest block so far: a block of many more
+    events a byte makes the scanner answer "too few rows" (-3, not "not mine"), and that block
+    alone is counted and scanned again, into what a counted scan gives. Only the first block
+    and that one are counted."""
+    sparse = ("[" + ",".join(json.dumps({"ph": "X", "name": f"n{k}", "pid": 1, "tid": 1, "ts": k, "dur": 1,
+                                         "args": {"pad": "x" * 400}}) for k in range(200)) + "]").encode()
+    dense = ("[" + ",".join(json.dumps({"ph": "i", "name": "m", "pid": 1, "tid": 2, "ts": k, "s": "t"})
+                            for k in range(3000)) + "]").encode()
+    with native(True):
+        module = native_module.scanner_module()
+        counted = []
+        real = module.braces
+        monkeypatch.setattr(module, "braces", lambda text: counted.append(len(text)) or real(text))
+        builder = TableBuilder()
+        blocks = [builder.scan(t) for t in (sparse, sparse, dense, dense)]
+        assert counted == [len(sparse), len(dense)]
+        alone = TableBuilder()
+        alone.scan(sparse, rows=sparse.count(b"{"))
+        again = alone.scan(dense, rows=dense.count(b"{"))
+        assert [len(b) for b in blocks] == [200, 200, 3000, 3000]
+        assert all(np.array_equal(blocks[2].cols[k], v, equal_nan=v.dtype.kind == "f") for k, v in again.cols.items())
+        cols = [np.empty(10, dtype=d) for d in (np.uint8, np.float64, np.float64, np.int32, np.int32, np.int32,
+                                                np.int32, np.int32, np.uint8, np.uint8, np.int64, np.int64)]
+        assert builder._scanner.scan(dense, *cols) == -3  # too few rows, told apart from -1
+        assert builder._scanner.scan(b'[{"ph":"X","name":1.5}]', *cols) == -1
+
+
+def test_a_block_the_scanner_hands_back_is_charged_for_its_python_objects_before_it_is_decoded(tmp_path: Path) -> None:
+    """The scanner makes no Python object per event, so the reader charges nothing for them up
+    front; a block it hands back is decoded by the pure path, and charged for it first (once,
+    bounded by the `{` bytes from there on), as a reader without the scanner charges every
+    block. Blocks of 1 MB under a 24 MB budget; the last block's first cut (the document's
+    closing brace) is tried by the pure path either way."""
+    from tb_reduce_plugin.budget import MemoryBudget
+    from tb_reduce_plugin.formats.chrome_json import DECODED_BYTES_PER_BRACE
+
+    events = [{"ph": "X", "name": f"n{k}", "pid": 1, "tid": 1, "ts": k, "dur": 1} for k in range(40_000)]
+    plain, odd = tmp_path / "plain.json", tmp_path / "odd.json"
+    plain.write_text(json.dumps({"traceEvents": events}))
+    events[20_000]["name"] = 1.5  # a float name: the block holding it goes to the pure path
+    odd.write_text(json.dumps({"traceEvents": events}))
+    charged = {}
+    for on in (True, False):
+        for path in (plain, odd):
+            account = MemoryBudget(24 << 20).account("reading")
+            calls = []
+            real = account.charge
+
+            def spy(n: int, what: str = "", *a: object, calls: list = calls, real: Any = real, **k: object) -> None:
+                if what == "the decoded events of one block":
+                    calls.append(n)
+                real(n, what, *a, **k)
+
+            account.charge = spy
+            with native(on):
+                index_file(path, account=account)
+            charged[on, path.stem] = calls
+    assert len(charged[False, "plain"]) >= 2 and len(charged[False, "odd"]) == len(charged[False, "plain"])
+    assert len(charged[True, "plain"]) <= 1  # the last block's tail at most
+    assert len(charged[True, "odd"]) == len(charged[True, "plain"]) + 1  # the block handed back, once
+    assert max(charged[True, "odd"]) >= DECODED_BYTES_PER_BRACE * 10_000  # bounded by its braces, as without
 
 
 def test_braces_counted_thirty_two_bytes_at_a_time_are_every_brace_at_any_length_and_offset() -> None:

@@ -108,6 +108,7 @@ def read_chrome_json(stream: TraceStream, account: Any, options: ReadOptions) ->
     def decode(text: Any) -> Any:
         events = builder.scan(text, rows=reader.unread_braces)
         if events is None:
+            reader.charge_python_decoding()
             events = decode_events(text)
         sizes.append(len(text))
         positions.add(reader.decoding_at, events, text)  # the reader takes a block decoded without error

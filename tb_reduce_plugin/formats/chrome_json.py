@@ -121,6 +121,8 @@ class ChromeJsonReader:
         # `{` bytes from the cursor to the end of the buffer, counted for the block being
         # decoded (None once the buffer changes): more than the block's events, at most.
         self.unread_braces: Optional[int] = None
+        self._late_charge = 0  # what `charge_python_decoding` charged for the block being decoded
+        self._block_charged = False  # the block being decoded is charged for its Python objects
 
     def file_crc(self) -> int:
         """The checksum of the file read (`TraceStream.file_crc`), once read: what a later
@@ -365,22 +367,35 @@ class ChromeJsonReader:
     def _charge_decoded(self) -> int:
         """Charge what decoding the unread buffer can hold: Python objects per event,
         bounded by the `{` bytes in it (every event opens one; measured ~270 bytes an
-        event for tiny ones). The count is kept (`unread_braces`): the native scanner
-        sizes its columns by it rather than counting the same bytes again."""
-        module = scanner_module()
-        if module is not None:
-            view = memoryview(self._buf)[self._pos:]
-            self.unread_braces = module.braces(view)
-            del view  # no export of the buffer outlives this call (`_fill` resizes it)
-        elif self._account is not None:
-            self.unread_braces = self._buf.count(b"{", self._pos)
-        if self._account is None or self.unread_braces is None:
+        event for tiny ones). With the native scanner, nothing yet: it makes no object
+        per event and sizes its columns itself, and a block it hands back is charged
+        before the pure path decodes it (`charge_python_decoding`), so the thread that
+        scans does not count every byte's braces for a charge it seldom needs."""
+        self._late_charge = 0
+        self.unread_braces = None
+        self._block_charged = scanner_module() is None and self._account is not None
+        if not self._block_charged:
             return 0
+        self.unread_braces = self._buf.count(b"{", self._pos)
         n = DECODED_BYTES_PER_BRACE * self.unread_braces
         self._account.charge(n, "the decoded events of one block")
         return n
 
+    def charge_python_decoding(self) -> None:
+        """Before the pure path decodes a block the native scanner handed back: what its
+        Python objects can hold, charged as `_charge_decoded` charges without the scanner
+        (once a block; released with the block)."""
+        if self._account is None or self._block_charged:
+            return
+        module = scanner_module()
+        with memoryview(self._buf)[self._pos:] as view:  # no export outlives this (`_fill` resizes the buffer)
+            self.unread_braces = module.braces(view) if module is not None else self._buf.count(b"{", self._pos)
+        self._block_charged = True
+        self._late_charge = DECODED_BYTES_PER_BRACE * self.unread_braces
+        self._account.charge(self._late_charge, "the decoded events of one block")
+
     def _release(self, n: int) -> None:
+        n, self._late_charge = n + self._late_charge, 0
         if self._account is not None and n:
             self._account.release(n)
 
