@@ -375,6 +375,7 @@ class ScannedBlock:
     n: int
     cols: dict
     raw: dict  # event index in the block -> ChromeEvent, in event order
+    charged: int = 0  # what the builder's account was charged for `raw` (released once added)
 
     def __len__(self) -> int:
         return self.n
@@ -383,14 +384,25 @@ class ScannedBlock:
 _FLAG_BIND_END, _FLAG_STEP_KEY = 1, 2  # the scanner's flags column (see `_scan.c`)
 
 
-def _raw_events(text: Any, cols: dict) -> dict:
-    """Decode (from their own bytes) the events of a scanned block the table reads
-    whole, as the pure path would have decoded them: counters, metadata, and slices
+def _whole_rows(cols: dict) -> list[int]:
+    """The events of a scanned block the table reads whole: counters, metadata, and slices
     whose args have a `step_num` key."""
-    ph, start, end = cols["ph"], cols["start"], cols["end"]
+    ph = cols["ph"]
     step = ((cols["flags"] & _FLAG_STEP_KEY) != 0) & ((ph == PH_X) | (ph == PH_B))
-    want = np.flatnonzero(np.isin(ph, _WHOLE_PHASES) | step).tolist()
+    return np.flatnonzero(np.isin(ph, _WHOLE_PHASES) | step).tolist()
+
+
+def _raw_events(text: Any, cols: dict, want: list[int]) -> dict:
+    """Decode (from their own bytes) the events `want` of a scanned block, as the pure path
+    would have decoded them."""
+    start, end = cols["start"], cols["end"]
     return {i: _typed_one.decode(text[start[i]:end[i]]) for i in want}
+
+
+# What decoding an event into Python objects can hold (~270 bytes measured for tiny ones):
+# charged before a block is decoded by the pure path (bounded by its `{` bytes), and for
+# each event a scanned block decodes whole.
+DECODED_EVENT_BYTES = 288
 
 
 # What one interned value costs besides its object: a dict slot and a list slot.
@@ -500,7 +512,11 @@ class TableBuilder:
         if n < 0:
             return None
         self._density = max(self._density, n / max(len(text), 1))
-        return ScannedBlock(n, cols, _raw_events(text, cols))
+        want = _whole_rows(cols)
+        charged = DECODED_EVENT_BYTES * len(want) if self._account is not None else 0
+        if charged:  # a block of counters decodes each: no longer under the reader's charge
+            self._account.charge(charged, "the events of one block read whole")
+        return ScannedBlock(n, cols, _raw_events(text, cols, want), charged)
 
     def _scan_sized(self, module: Any, text: Any, rows: int) -> tuple[int, dict[str, np.ndarray]]:
         """One scan of `text` into columns of `rows` rows at least (in two halves at once
@@ -559,6 +575,9 @@ class TableBuilder:
         seen = {k: len(v) for k, v in self._cols.items()}
         if isinstance(events, ScannedBlock):
             self._add_scanned(events, nbytes)
+            if events.charged and self._account is not None:  # its events read whole are done with
+                self._account.release(events.charged)
+                events.charged = 0
         else:
             self._add(events, nbytes)
         self._col_bytes += sum(a.nbytes for k, parts in self._cols.items() for a in parts[seen[k]:])

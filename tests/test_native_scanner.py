@@ -394,6 +394,31 @@ def test_a_block_the_scanner_hands_back_is_charged_for_its_python_objects_before
     assert max(charged[True, "odd"]) >= DECODED_BYTES_PER_BRACE * 10_000  # bounded by its braces, as without
 
 
+def test_a_scanned_block_charges_the_events_it_decodes_whole_until_they_are_added(tmp_path: Path) -> None:
+    """Counters (and metadata, step markers) of a scanned block are decoded into Python
+    objects: a block of counters charges them before, as the pure path's block charges its
+    events, and gives the charge back once the table has taken them."""
+    from tb_reduce_plugin.budget import MemoryBudget
+    from tb_reduce_plugin.formats.chrome_json import DECODED_BYTES_PER_BRACE
+
+    path = tmp_path / "counters.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "C", "name": "mem", "pid": 1, "ts": k, "args": {"v": k}}
+                                                for k in range(40_000)]}))
+    budget = MemoryBudget(24 << 20)
+    account = budget.account("reading")
+    whole: list[int] = []
+    real_charge, real_release = account.charge, account.release
+    account.charge = lambda n, what="", *a, **k: (whole.append(n) if what == "the events of one block read whole"
+                                                  else None) or real_charge(n, what, *a, **k)
+    with native(True):
+        index = index_file(path, account=account)
+    assert sum(whole) >= DECODED_BYTES_PER_BRACE * 39_000 and len(whole) >= 2  # every counter, block by block
+    assert index.table.counter_value.tolist()[:3] == [0.0, 1.0, 2.0]
+    account.charge, account.release = real_charge, real_release
+    held = budget.used
+    assert held < DECODED_BYTES_PER_BRACE * 40_000  # given back: what stays is the table's own
+
+
 def test_braces_counted_thirty_two_bytes_at_a_time_are_every_brace_at_any_length_and_offset() -> None:
     """`braces` counts in vector lanes (AVX2, where the CPU has it), byte counters summed every
     255 rounds, and the rest eight bytes or one at a time: lengths around each of those edges,

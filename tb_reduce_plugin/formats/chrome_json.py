@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import FileChanged, TraceError
 from ..mapped import SpillFailed
-from ..model import clean_json_text
+from ..model import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
 from .block_store import BlockStore, Tier, TierBuilder, raw_list
 from .plain_text import PlainText
@@ -71,7 +71,7 @@ def _run_of(skip: bytes) -> re.Pattern:
     return pattern
 
 
-DECODED_BYTES_PER_BRACE = 288
+DECODED_BYTES_PER_BRACE = DECODED_EVENT_BYTES  # (`model`)
 
 
 def block_size_for(memory_bytes: Optional[int]) -> int:
