@@ -170,7 +170,7 @@ class HalfScanner:
     def _builder_flows(self, scanner: Any, ids: np.ndarray) -> np.ndarray:
         """Private flow key ids (-1: none) as the builder's scanner's: the keys met since
         the last call adopted by it in the order met, their categories mapped first."""
-        self._builder_ids(_CAT, np.zeros(0, dtype=np.int32))  # categories met since: the builder's
+        self._adopt(_CAT)  # the categories its keys name, as the builder's
         known, count = len(self._maps[_FLOW]), self._scanner.flow_count()
         if count > known:
             fresh = np.empty(count - known, dtype=np.int32)
@@ -179,13 +179,17 @@ class HalfScanner:
         return self._mapped(_FLOW, ids)
 
     def _builder_ids(self, kind: int, ids: np.ndarray) -> np.ndarray:
-        """`ids` (private, -1 for none) as the builder's ids; the private values met
-        since the last call are interned by the builder first, in the order met."""
+        """`ids` (private, -1 for none) as the builder's ids."""
+        self._adopt(kind)
+        return self._mapped(kind, ids)
+
+    def _adopt(self, kind: int) -> None:
+        """The private values of `kind` met since the last call, interned by the builder in
+        the order met, and their builder ids added to the map."""
         values, known = self._values[kind], len(self._maps[kind])
         if len(values) > known:
             fresh = self._interners[kind].ids_of(values[known:])
             self._maps[kind] = np.concatenate((self._maps[kind], fresh.astype(np.int32)))
-        return self._mapped(kind, ids)
 
     def _mapped(self, kind: int, ids: np.ndarray) -> np.ndarray:
         if not len(self._maps[kind]):  # nothing met: every id is -1 (no flow)
