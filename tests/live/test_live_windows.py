@@ -330,3 +330,23 @@ def test_a_big_window_is_parsed_into_a_temporary_folder_that_goes_with_its_recor
     del spilled
     gc.collect()
     assert list(temp.iterdir()) == []
+
+
+def test_a_big_window_whose_temporary_folder_cannot_be_made_is_read_in_memory_and_written_the_same(
+        tmp_path: Path, raw: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TMPDIR that is missing or refuses a folder (full, read-only) costs the sidecar its
+    file-backed pages, not the window: parsed in memory, the same window written."""
+    import gzip
+    import tempfile
+
+    import numpy as np
+
+    from tb_reduce_plugin.index import store
+
+    in_memory = WindowWriter(tmp_path / "memory").write(raw, T0, T0 + 1)
+    monkeypatch.setattr(store, "SPILL_FROM_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-there" / "tmp"))
+    refused = WindowWriter(tmp_path / "refused").write(raw, T0, T0 + 1)
+    assert not isinstance(refused.table.table.ts, np.memmap)
+    assert gzip.decompress(Path(refused.trace_path).read_bytes()) == gzip.decompress(
+        Path(in_memory.trace_path).read_bytes())
