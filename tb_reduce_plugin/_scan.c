@@ -50,12 +50,16 @@ static locale_t c_numeric = (locale_t)0;
 
 /* ---- a byte-keyed hash table in front of an Interner ------------------------------ */
 
+/* 16 bytes: the flow keys' table holds a slot per flow (millions), probed at random, so
+ * a slot half the size is half the memory and fewer cache misses. The arena is limited to
+ * 4 GiB of keys (`ARENA_MAX`): far past any memory budget of distinct strings. */
 typedef struct {
-    uint64_t hash;
-    size_t off;   /* key bytes in the arena */
-    size_t len;
-    int32_t id;   /* -1: empty slot */
+    uint32_t hash;  /* the key's hash, its low 32 bits (the slot is found by its low bits) */
+    uint32_t off;   /* key bytes in the arena */
+    uint32_t len;
+    int32_t id;     /* -1: empty slot */
 } Slot;
+#define ARENA_MAX UINT32_MAX
 
 typedef struct {
     Slot *slots;
@@ -202,7 +206,7 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
     size_t j = h & (t->cap - 1);
     while (t->slots[j].id >= 0) {
         Slot *s = &t->slots[j];
-        if (s->hash == h && s->len == len && memcmp(t->arena + s->off, key, len) == 0) {
+        if (s->hash == (uint32_t)h && s->len == len && memcmp(t->arena + s->off, key, len) == 0) {
             t->last_off = s->off;
             t->last_len = len;
             t->last_id = s->id;
@@ -211,6 +215,7 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
         j = (j + 1) & (t->cap - 1);
     }
     int32_t id;
+    if (len > ARENA_MAX - t->arena_len) return -1;  /* before an id is given: the tables stay as they were */
     if (t->private_ || t->keys_only) {  /* the next id now; the object (if any) when the scan ends */
         if (t->count == INT32_MAX) return -1;
         if (t->private_ && t->pending_n == t->pending_cap) {
@@ -247,9 +252,9 @@ static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, 
     }
     if (t->private_ || t->keys_only) t->count++;
     Slot *s = &t->slots[j];
-    s->hash = h;
-    s->off = t->arena_len;
-    s->len = len;
+    s->hash = (uint32_t)h;
+    s->off = (uint32_t)t->arena_len;
+    s->len = (uint32_t)len;
     s->id = id;
     t->arena_len += len;
     t->last_off = s->off;
@@ -1226,20 +1231,19 @@ done:
 }
 
 PyDoc_STRVAR(adopt_flows_doc,
-"adopt_flows(private, cat_ids, start, out) -> int\n\n"
-"The flow keys a private Scanner met, from its id `start` on, interned here in the\n"
-"order it met them: out[i] (int32) is this Scanner's id of its id start + i. Its keys\n"
-"name its own category ids: `cat_ids` (int32) maps them to this Scanner's. Returns how\n"
-"many were adopted.");
+"adopt_flows(private, cat_ids, ids, out) -> int\n\n"
+"Flow keys a private Scanner met, interned here in the order given: out[i] (int32) is\n"
+"this Scanner's id of the private one's id ids[i] (int32; the order is the caller's:\n"
+"the keys' first places in the file). Its keys name its own category ids: `cat_ids`\n"
+"(int32) maps them to this Scanner's. Returns how many were adopted.");
 
 static PyTypeObject ScannerType;
 
 static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
     Scanner *other;
-    Py_buffer map, out;
-    Py_ssize_t start;
+    Py_buffer map, ids, out;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "O!y*nw*", &ScannerType, &other, &map, &start, &out)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*", &ScannerType, &other, &map, &ids, &out)) return NULL;
     Table *f = &other->flows;
     if (!self->flows.slots || !f->slots) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised");
@@ -1249,14 +1253,19 @@ static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "adopt_flows: a private Scanner's keys, adopted by a shared one, neither scanning");
         goto done;
     }
-    Py_ssize_t count = (Py_ssize_t)f->pending_n, cats = map.len / 4;
-    if (start < 0 || start > count || out.len != 4 * (count - start) || map.len % 4) {
-        PyErr_SetString(PyExc_ValueError, "adopt_flows: out must hold one int32 per key from start on");
+    Py_ssize_t pending = (Py_ssize_t)f->pending_n, cats = map.len / 4, n = ids.len / 4;
+    if (ids.len % 4 || out.len != ids.len || map.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "adopt_flows: ids, out and cat_ids must hold int32s, out one per id");
         goto done;
     }
-    for (Py_ssize_t i = start; i < count; i++) {
-        size_t off = f->pending[2 * i], len = f->pending[2 * i + 1];
-        int32_t cat, id;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t which, cat, id;
+        memcpy(&which, (const char *)ids.buf + 4 * i, 4);
+        if (which < 0 || which >= pending) {
+            PyErr_SetString(PyExc_IndexError, "adopt_flows: an id the private Scanner has not given");
+            goto done;
+        }
+        size_t off = f->pending[2 * (size_t)which], len = f->pending[2 * (size_t)which + 1];
         if (len < 5 || off + len > f->arena_len || ensure_scratch(self, len) < 0) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "adopt_flows: a damaged key");
             goto done;
@@ -1272,11 +1281,12 @@ static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
             PyErr_NoMemory();
             goto done;
         }
-        memcpy((char *)out.buf + 4 * (i - start), &id, 4);
+        memcpy((char *)out.buf + 4 * i, &id, 4);
     }
-    result = PyLong_FromSsize_t(count - start);
+    result = PyLong_FromSsize_t(n);
 done:
     PyBuffer_Release(&map);
+    PyBuffer_Release(&ids);
     PyBuffer_Release(&out);
     return result;
 }

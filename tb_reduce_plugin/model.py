@@ -481,8 +481,8 @@ class TableBuilder:
         self.block_events: list[int] = []
         self.block_bytes: list[int] = []
         self._scanner: Any = None
-        self._halves: Optional[HalfScanner] = None  # the second scanner (two cores), see `scan_halves`
-        self._halves_done = False  # no halves for this builder: one core
+        self._halves: Optional[HalfScanner] = None  # two threads' private scanners (two cores), see `scan_halves`
+        self._halves_done = False  # no pieces for this builder: one core
         self._scan_rows = 0
         self._scan_cols: dict[str, np.ndarray] = {}
         self._density = 0.0  # the most events a byte a scanned block held (`scan` sizes columns by it)
@@ -519,8 +519,8 @@ class TableBuilder:
         return ScannedBlock(n, cols, _raw_events(text, cols, want), charged)
 
     def _scan_sized(self, module: Any, text: Any, rows: int) -> tuple[int, dict[str, np.ndarray]]:
-        """One scan of `text` into columns of `rows` rows at least (in two halves at once
-        where it may): the events and their columns, or a code (`_scan.c`) and none."""
+        """One scan of `text` into columns of `rows` rows at least (in pieces, on two
+        threads at once, where it may): the events and their columns, or a code (`_scan.c`) and none."""
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
             self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}
@@ -555,9 +555,8 @@ class TableBuilder:
         return out
 
     def _halves_for(self, module: Any, text: Any) -> Optional[HalfScanner]:
-        """The second scanner, for a block big enough to split on a machine with two cores."""
-        if self._halves is not None and self._halves.full:
-            self._halves = None  # a fresh one: what its tables held is interned by the builder
+        """The private scanners of two threads, for a block big enough to cut into pieces
+        on a machine with two cores."""
         if self._halves_done or len(text) < scan_halves.SPLIT_FROM_BYTES:
             return None
         if self._halves is None:

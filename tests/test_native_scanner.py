@@ -202,17 +202,19 @@ def test_a_scanner_adopts_flow_keys_only_from_a_private_one_with_every_category_
                                            np.int32, np.uint8, np.uint8, np.int64, np.int64)]
     assert private.scan(text, *cols) == 4 and private.flow_count() == 3
     out = np.empty(3, dtype=np.int32)
+    ids = lambda *i: np.array(i, dtype=np.int32)  # noqa: E731
     with pytest.raises(IndexError):
-        shared.adopt_flows(private, np.zeros(0, dtype=np.int32), 0, out)  # its category unmapped
+        shared.adopt_flows(private, np.zeros(0, dtype=np.int32), ids(0, 1, 2), out)  # its category unmapped
+    with pytest.raises(IndexError):  # an id it never gave
+        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), ids(3), np.empty(1, dtype=np.int32))
+    with pytest.raises(ValueError):  # out not one per id
+        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), ids(0, 1), np.empty(3, dtype=np.int32))
     with pytest.raises(ValueError):
-        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), 4, np.empty(0, dtype=np.int32))
-    with pytest.raises(ValueError):
-        shared.adopt_flows(private, np.zeros(1, dtype=np.int32), 0, np.empty(2, dtype=np.int32))
-    with pytest.raises(ValueError):
-        private.adopt_flows(shared, np.zeros(1, dtype=np.int32), 0, np.empty(0, dtype=np.int32))
+        private.adopt_flows(shared, np.zeros(1, dtype=np.int32), ids(), np.empty(0, dtype=np.int32))
     cat = np.array([5], dtype=np.int32)  # its category 0 is the shared one's 5
-    assert shared.adopt_flows(private, cat, 1, out[:2]) == 2  # "a", "b": the shared one's first
-    assert shared.adopt_flows(private, cat, 0, out) == 3 and out.tolist() == [2, 0, 1]
+    assert shared.adopt_flows(private, cat, ids(2, 1), out[:2]) == 2  # "b", "a": the shared one's first
+    assert out[:2].tolist() == [0, 1]
+    assert shared.adopt_flows(private, cat, ids(0, 1, 2), out) == 3 and out.tolist() == [2, 1, 0]
     again = np.empty(2, dtype=np.int32)
     shared.flow_ids(np.array([5, 4], dtype=np.int32), [7.0, 7], {}, again)
     assert again.tolist() == [2, 3] and shared.flow_count() == 4

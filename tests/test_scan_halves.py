@@ -1,6 +1,6 @@
-"""A block scanned in two halves at once (`scan_halves`) gives the table one scanner gives:
-the same rows, and every id the one the pure path gives (first met in file order),
-whatever the cut, the text around it, or a half that is not the plain case."""
+"""A block scanned in pieces by two threads at once (`scan_halves`) gives the table one
+scanner gives: the same rows, and every id the one the pure path gives (first met in file
+order), whatever the cuts, the text around them, or a piece that is not the plain case."""
 
 from __future__ import annotations
 
@@ -184,6 +184,43 @@ def test_a_private_scanner_makes_the_values_it_met_even_from_a_block_it_hands_ba
     names, ids = tables[1], tables[0]
     assert names == ["a", "b"] and ids == {"a": 0, "b": 1}
     assert tables[5] == [1] and tables[7] == [2]
+
+
+def test_values_the_second_thread_meets_last_piece_first_are_numbered_in_file_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of ~1 KB: the second thread scans from the block's last piece back, so it
+    meets a name of two pieces (and a flow's end) before the place the file first has it."""
+    monkeypatch.setattr(scan_halves, "PIECE_BYTES", 1024)
+    events = []
+    for k in range(40):  # each name in two neighbouring stretches, flows ending a stretch later
+        events += [{"ph": "X", "name": f"n{(k + i) // 2 % 30}", "cat": f"c{k % 7}", "pid": k % 3, "tid": k,
+                    "ts": k * 100 + i, "dur": 1} for i in range(4)]
+        events.append({"ph": "s", "id": k, "cat": f"c{k % 7}", "name": "f", "pid": 1, "tid": 1, "ts": k})
+        if k:
+            events.append({"ph": "f", "id": k - 1, "cat": f"c{(k - 1) % 7}", "name": "f", "pid": 2, "tid": 2,
+                           "ts": k, "bp": "e"})
+    text = _block(events)
+    assert len(text) > 20 * 1024
+    assert _same_three_ways([text, _block(events[::-1])], monkeypatch) == 2
+    assert _same_three_ways([text], monkeypatch, writable=False) == 1
+
+
+def test_a_cut_inside_a_string_drops_the_private_scanner_that_may_have_read_its_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name whose text looks like empty events (`}, {}, {}`): a piece that starts inside
+    it reads them as events without a name, a value the file may never hold. The block is
+    scanned whole, and the private scanner is a fresh one for the next block."""
+    monkeypatch.setattr(scan_halves, "PIECE_BYTES", 512)
+    trap = {"ph": "X", "name": "x" * 300 + "}, {}, {}, {}, {}" * 40, "pid": 1, "tid": 1, "ts": 5, "dur": 1}
+    blocks = [_block(_events(0, 20) + [trap] + _events(1, 20), indent=None), _block(_events(2, 200))]
+    assert _same_three_ways(blocks, monkeypatch) == 1
+    with native(True):
+        builder = TableBuilder()
+        monkeypatch.setattr(scan_halves, "SPLIT_FROM_BYTES", 0)
+        monkeypatch.setattr(scan_halves, "usable_cores", lambda: 2)
+        assert builder.scan(bytearray(blocks[0])) is not None  # scanned whole by the builder's scanner
+        assert builder._halves is not None
+        assert builder._halves._private.values == [[], [], [], []] and builder._halves._private.scanner.flow_count() == 0
 
 
 def test_a_process_that_cannot_start_a_thread_scans_each_block_whole(monkeypatch: pytest.MonkeyPatch) -> None:
