@@ -1819,12 +1819,130 @@ fail:
     return NULL;
 }
 
+/* ---- level 2's args: may any of an event's args need a cut? ------------------------ */
+
+/* Python's length of a checked JSON string's value (code points): a UTF-8 sequence, an
+ * escape, or a surrogate pair's two escapes each make one. */
+static Py_ssize_t string_chars(const uint8_t *s, const uint8_t *e, int escaped) {
+    Py_ssize_t n = 0;
+    if (!escaped) {
+        for (const uint8_t *p = s; p < e; p++) n += (*p & 0xC0) != 0x80;
+        return n;
+    }
+    const uint8_t *p = s;
+    while (p < e) {  /* already checked by scan_string: every escape is complete, pairs paired */
+        if (*p == '\\') {
+            unsigned u = 0;
+            if (p[1] == 'u') read_hex4(p + 2, e, &u);
+            p += p[1] != 'u' ? 2 : (u >= 0xD800 && u <= 0xDBFF) ? 12 : 6;
+            n++;
+        } else {
+            n += (*p & 0xC0) != 0x80;
+            p++;
+        }
+    }
+    return n;
+}
+
+/* 1 when the value at c->p holds, at any depth, a string value longer than `slim`
+ * characters or a list of more than `llim` items; 0 when not; -1 when it is not the
+ * plain case (the caller's Python decides). Object keys are never cut: not counted. */
+static int over_limits(Cursor *c, int depth, Py_ssize_t slim, Py_ssize_t llim) {
+    const uint8_t *s, *e;
+    int esc, more;
+    if (depth > MAX_DEPTH || c->p >= c->end) return -1;
+    switch (*c->p) {
+    case '"':
+        if (scan_string(c, &s, &e, &esc) < 0) return -1;
+        return e - s > slim && string_chars(s, e, esc) > slim;
+    case '[': {
+        Py_ssize_t n = 0;
+        c->p++;
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ']') {
+            c->p++;
+            return 0;
+        }
+        for (;;) {
+            int r = over_limits(c, depth + 1, slim, llim);
+            if (r) return r;
+            if (++n > llim) return 1;
+            if ((more = next_member(c, ']')) < 0) return -1;
+            if (!more) return 0;
+        }
+    }
+    case '{':
+        c->p++;
+        skip_ws(c);
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return 0;
+        }
+        for (;;) {
+            if (member_key(c, &s, &e, &esc) < 0) return -1;
+            int r = over_limits(c, depth + 1, slim, llim);
+            if (r) return r;
+            if ((more = next_member(c, '}')) < 0) return -1;
+            if (!more) return 0;
+        }
+    default:
+        return skip_value(c, depth) < 0 ? -1 : 0;
+    }
+}
+
+PyDoc_STRVAR(args_may_need_cut_doc,
+"args_may_need_cut(event, string_limit, list_limit) -> bool\n\n"
+"False only when the event's JSON object is the plain case and its `args` (one member,\n"
+"if any; only an object or a list is cut) holds no string value longer than\n"
+"`string_limit` characters and no list of more than `list_limit` items, at any depth:\n"
+"level 2 then writes the event unchanged without decoding it. True otherwise (the\n"
+"caller decodes it and decides).");
+
+static PyObject *args_may_need_cut(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer raw;
+    Py_ssize_t slim, llim;
+    if (!PyArg_ParseTuple(args, "y*nn", &raw, &slim, &llim)) return NULL;
+    Cursor c = {raw.buf, (const uint8_t *)raw.buf + raw.len};
+    int may = 1, seen = 0;
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == '{') {
+        c.p++;
+        skip_ws(&c);
+        int more = 1;
+        if (c.p < c.end && *c.p == '}') {
+            c.p++;
+            more = 0;
+        }
+        while (more > 0) {
+            const uint8_t *s, *e;
+            int esc;
+            if (member_key(&c, &s, &e, &esc) < 0 || esc) break;  /* an escaped key may spell "args" */
+            if (e - s == 4 && memcmp(s, "args", 4) == 0 && c.p < c.end && (*c.p == '{' || *c.p == '[')) {
+                if (seen++ || over_limits(&c, 1, slim, llim) != 0) break;
+            } else if (e - s == 4 && memcmp(s, "args", 4) == 0 && seen++) {
+                break;  /* args given twice: the last one counts (Python's), left to Python */
+            } else if (skip_value(&c, 1) < 0) {
+                break;
+            }
+            more = next_member(&c, '}');
+        }
+        if (more == 0) {
+            skip_ws(&c);
+            may = c.p != c.end;
+        }
+    }
+    PyBuffer_Release(&raw);
+    return PyBool_FromLong(may);
+}
+
 static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
+    {"args_may_need_cut", args_may_need_cut, METH_VARARGS, args_may_need_cut_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {NULL, NULL, 0, NULL},
 };

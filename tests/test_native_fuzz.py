@@ -12,6 +12,7 @@ it accepts must be text msgspec accepts. A memory error here is a crash (and und
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import time
@@ -214,3 +215,35 @@ def test_busy_time_per_bucket_is_the_same_to_the_bit_natively_and_in_numpy(monke
         assert mod.busy_parts(sums, np.zeros(1, dtype=np.int64), lo, lo + 1, g.astype(np.int64),
                               0.0, 4.0, 1.0, 3) == 0
     assert not sums.any()
+
+
+def test_mutated_real_events_are_left_to_python_or_have_nothing_to_cut_at_level_2() -> None:
+    """`args_may_need_cut` on real events mutated: False only for an event Python reads,
+    whose args hold nothing level 2 cuts (so writing its bytes unchanged is right)."""
+    from tb_reduce_plugin.reduce.writer import LIST_LIMIT, STRING_LIMIT, cut_value
+
+    module = native_module._module
+    seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(time.time_ns() % 2**32)))
+    rng = random.Random(seed)
+    events = []
+    for text in _seeds():
+        try:
+            events += [bytes(r) for r in msgspec.json.decode(text, type=list[msgspec.Raw])]
+        except msgspec.DecodeError:  # a seed cut at a "}" inside an event
+            continue
+    assert len(events) > 100
+    deadline = time.monotonic() + BUDGET_S * 0.1
+    cases = 0
+    while time.monotonic() < deadline:
+        raw = _mutate(rng, rng.choice(events))
+        if not module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT):
+            try:  # the stdlib reads what msgspec reads, and numbers past a float's range too (as inf)
+                ev = json.loads(raw)
+            except ValueError:
+                raise AssertionError(f"seed {seed}, case {cases}: not JSON, yet not left to Python\n{raw[:300]!r}") \
+                    from None
+            args = ev.get("args") if isinstance(ev, dict) else None
+            assert isinstance(ev, dict) and not (isinstance(args, (dict, list)) and cut_value(args)[1]), \
+                f"seed {seed}, case {cases}\n{raw[:300]!r}"
+        cases += 1
+    assert cases > 100

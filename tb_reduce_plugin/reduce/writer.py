@@ -24,6 +24,7 @@ from isal import igzip
 
 from ..errors import TraceError
 from ..model import clean_json_text, valid_utf8
+from ..native import scanner_module
 from .levels import ArgsPolicy, args_policy
 from .reduction import Plan
 
@@ -82,9 +83,15 @@ _LONG_RUN = re.compile(rb'[^"]{%d}' % (STRING_LIMIT + 1))
 def _may_need_cut(raw: bytes) -> bool:
     """Cheap, conservative: could any string exceed 256 characters or any list 32 items?
 
-    A longer string needs 257 bytes without a quote (or holds an escaped quote); a
-    longer list needs at least 32 commas and a "[".
+    Natively, exactly (`_scan.args_may_need_cut`, walking the args without decoding them):
+    a Kineto event's shapes and types are lists of dozens of items, so the guess below
+    sent a third of a window's events through a decode and a walk in Python (~20 us each)
+    to find nothing to cut. The guess: a longer string needs 257 bytes without a quote
+    (or holds an escaped quote); a longer list needs at least 32 commas and a "[".
     """
+    native = scanner_module()
+    if native is not None:
+        return native.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT)
     if len(raw) > STRING_LIMIT and (b'\\"' in raw or _LONG_RUN.search(raw)):
         return True
     return b"[" in raw and raw.count(b",") >= LIST_LIMIT

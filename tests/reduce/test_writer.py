@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 
+import pytest
+
+from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.reduce.levels import ArgsPolicy, args_policy
-from tb_reduce_plugin.reduce.writer import cut_value, transform
+from tb_reduce_plugin.reduce.writer import LIST_LIMIT, STRING_LIMIT, cut_value, transform
+from tests.table_equality import native
 
 
 def test_level_0_and_1_write_the_original_bytes() -> None:
@@ -53,3 +58,66 @@ def test_level_2_cuts_a_long_string_full_of_escaped_quotes() -> None:
 def test_metadata_events_keep_long_args_at_level_2() -> None:
     raw = json.dumps({"ph": "M", "name": "process_name", "args": {"name": "p" * 400, "l": list(range(50))}}).encode()
     assert transform(raw, ArgsPolicy.TRIM) == raw
+
+
+def _odd_string(rng: random.Random, n: int) -> str:
+    """n characters mixing ASCII, two- to four-byte UTF-8, quotes and control characters
+    (escaped by json.dumps), and astral ones (a surrogate pair when escaped)."""
+    return "".join(rng.choice("ab\"\\\n\t\u00e9\u4e2d\U0001f600/") for _ in range(n))
+
+
+def _odd_args(rng: random.Random, depth: int = 0) -> object:
+    kind = rng.randrange(5 if depth < 4 else 3)
+    if kind == 0:
+        return _odd_string(rng, rng.choice([0, 5, 255, 256, 257, 300]))
+    if kind == 1:
+        return rng.choice([1, -2.5e10, True, None, 0])
+    if kind == 2:
+        return "x" * rng.choice([10, 256, 257])
+    if kind == 3:
+        return [_odd_args(rng, depth + 1) for _ in range(rng.choice([0, 1, 31, 32, 33] if depth < 2 else [0, 2]))]
+    return {_odd_string(rng, rng.choice([3, 300])): _odd_args(rng, depth + 1) for _ in range(rng.randrange(4))}
+
+
+@pytest.mark.skipif(not native_module.available(), reason="the native scanner is not built here")
+def test_the_native_check_says_a_cut_may_be_needed_exactly_when_python_cuts() -> None:
+    """Strings of 255-257 characters in any UTF-8 width or escape (keys as long are never
+    cut), lists of 31-33 items, at any depth, written plain and with escapes: the check is
+    False exactly when `cut_value` cuts nothing, so level 2 writes the same bytes both ways."""
+    module = native_module.scanner_module() or native_module._module
+    rng = random.Random(7)
+    for i in range(3000):
+        args = _odd_args(rng)
+        ev = {"ph": "X", "name": "n", "args": args}
+        raw = json.dumps(ev, ensure_ascii=bool(i % 2)).encode()
+        cut = isinstance(args, (dict, list)) and cut_value(args)[1]
+        assert module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT) == cut, raw[:200]
+        with native(True):
+            fast = transform(raw, ArgsPolicy.TRIM)
+        with native(False):
+            assert transform(raw, ArgsPolicy.TRIM) == fast
+
+
+@pytest.mark.skipif(not native_module.available(), reason="the native scanner is not built here")
+def test_the_native_check_leaves_damaged_or_unusual_events_to_python() -> None:
+    """Whatever the bytes, False only for an event Python reads and finds nothing to cut
+    in: bytes flipped or dropped, an escaped "args" key, args given twice, text after it."""
+    module = native_module._module
+    base = json.dumps({"ph": "X", "args": {"l": list(range(20)), "s": "é" * 250}}, ensure_ascii=False).encode()
+    odd = [b'{"ph":"X","\\u0061rgs":{"l":[' + b",".join([b"1"] * 40) + b"]}}",
+           b'{"args":{},"args":{"l":[' + b",".join([b"1"] * 40) + b"]}}", base + b" x", base[:-1], b"[1]", b""]
+    for raw in odd:
+        assert module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT)
+    rng = random.Random(11)
+    for _ in range(3000):
+        raw = bytearray(base)
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(len(raw))
+            if rng.random() < 0.5:
+                raw[at] = rng.choice(b'{}[]",:\\0e.-\x80\xff ')
+            else:
+                del raw[at:at + rng.randrange(1, 8)]
+        if not module.args_may_need_cut(bytes(raw), STRING_LIMIT, LIST_LIMIT):
+            ev = json.loads(bytes(raw))  # (msgspec refuses a number past a float's range; the check need not)
+            assert isinstance(ev, dict)
+            assert not (isinstance(ev.get("args"), (dict, list)) and cut_value(ev["args"])[1])
