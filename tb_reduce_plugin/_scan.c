@@ -200,9 +200,16 @@ enum { K_NONE = 'n', K_STR = 's', K_INT = 'i', K_FLOW = 'f' };
 /* Look `key` up; on a miss `make` builds the Python value and the Interner gives its id. */
 typedef PyObject *(*MakeFn)(const char *key, size_t len, void *ctx);
 
+static int32_t table_intern_hashed(Table *t, const char *key, size_t len, uint64_t h, MakeFn make, void *ctx);
+
 static int32_t table_intern(Table *t, const char *key, size_t len, MakeFn make, void *ctx) {
     if (t->last_id >= 0 && t->last_len == len && memcmp(t->arena + t->last_off, key, len) == 0) return t->last_id;
-    uint64_t h = hash_bytes(key, len);
+    return table_intern_hashed(t, key, len, hash_bytes(key, len), make, ctx);
+}
+
+/* `table_intern` with the key's hash computed already (`adopt_flows` hashes a batch of
+ * keys first and asks for their slots' memory ahead). */
+static int32_t table_intern_hashed(Table *t, const char *key, size_t len, uint64_t h, MakeFn make, void *ctx) {
     size_t j = h & (t->cap - 1);
     while (t->slots[j].id >= 0) {
         Slot *s = &t->slots[j];
@@ -1239,6 +1246,9 @@ PyDoc_STRVAR(adopt_flows_doc,
 
 static PyTypeObject ScannerType;
 
+#define ADOPT_BATCH 8
+#define ADOPT_KEY 48  /* a flow key's bytes: kind, category, id (an int: 9 bytes; a hex string: ~20) */
+
 static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
     Scanner *other;
     Py_buffer map, ids, out;
@@ -1258,30 +1268,62 @@ static PyObject *Scanner_adopt_flows(Scanner *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "adopt_flows: ids, out and cat_ids must hold int32s, out one per id");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t which, cat, id;
-        memcpy(&which, (const char *)ids.buf + 4 * i, 4);
-        if (which < 0 || which >= pending) {
-            PyErr_SetString(PyExc_IndexError, "adopt_flows: an id the private Scanner has not given");
-            goto done;
+    /* A flow table holds a slot per flow, far bigger than the caches: each key's slot is a
+     * miss. Keys are taken ADOPT_BATCH at a time: copied and re-categorised, hashed, their
+     * slots fetched ahead, then interned in order (a key too long for the batch's buffer
+     * is interned alone, from scratch). */
+    char keys[ADOPT_BATCH][ADOPT_KEY];
+    size_t lens[ADOPT_BATCH];
+    uint64_t hashes[ADOPT_BATCH];
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += ADOPT_BATCH) {
+        Py_ssize_t m = n - i0 < ADOPT_BATCH ? n - i0 : ADOPT_BATCH;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            int32_t which, cat;
+            memcpy(&which, (const char *)ids.buf + 4 * (i0 + k), 4);
+            if (which < 0 || which >= pending) {
+                PyErr_SetString(PyExc_IndexError, "adopt_flows: an id the private Scanner has not given");
+                goto done;
+            }
+            size_t off = f->pending[2 * (size_t)which], len = f->pending[2 * (size_t)which + 1];
+            if (len < 5 || off + len > f->arena_len) {
+                PyErr_SetString(PyExc_ValueError, "adopt_flows: a damaged key");
+                goto done;
+            }
+            memcpy(&cat, f->arena + off + 1, 4);
+            if (cat < 0 || cat >= cats) {
+                PyErr_SetString(PyExc_IndexError, "adopt_flows: a category the map does not hold");
+                goto done;
+            }
+            lens[k] = len;
+            if (len > ADOPT_KEY) continue;  /* interned alone, below */
+            memcpy(keys[k], f->arena + off, len);
+            memcpy(keys[k] + 1, (const char *)map.buf + 4 * cat, 4);
+            hashes[k] = hash_bytes(keys[k], len);
+            __builtin_prefetch(&self->flows.slots[hashes[k] & (self->flows.cap - 1)]);
         }
-        size_t off = f->pending[2 * (size_t)which], len = f->pending[2 * (size_t)which + 1];
-        if (len < 5 || off + len > f->arena_len || ensure_scratch(self, len) < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "adopt_flows: a damaged key");
-            goto done;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            int32_t id;
+            if (lens[k] <= ADOPT_KEY) {
+                id = table_intern_hashed(&self->flows, keys[k], lens[k], hashes[k], NULL, NULL);
+            } else {
+                int32_t which, cat;
+                memcpy(&which, (const char *)ids.buf + 4 * (i0 + k), 4);
+                size_t off = f->pending[2 * (size_t)which];
+                if (ensure_scratch(self, lens[k]) < 0) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                memcpy(self->scratch, f->arena + off, lens[k]);
+                memcpy(&cat, self->scratch + 1, 4);
+                memcpy(self->scratch + 1, (const char *)map.buf + 4 * cat, 4);
+                id = table_intern(&self->flows, self->scratch, lens[k], NULL, NULL);
+            }
+            if (id < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            memcpy((char *)out.buf + 4 * (i0 + k), &id, 4);
         }
-        memcpy(self->scratch, f->arena + off, len);
-        memcpy(&cat, self->scratch + 1, 4);
-        if (cat < 0 || cat >= cats) {
-            PyErr_SetString(PyExc_IndexError, "adopt_flows: a category the map does not hold");
-            goto done;
-        }
-        memcpy(self->scratch + 1, (const char *)map.buf + 4 * cat, 4);
-        if ((id = table_intern(&self->flows, self->scratch, len, NULL, NULL)) < 0) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        memcpy((char *)out.buf + 4 * i, &id, 4);
     }
     result = PyLong_FromSsize_t(n);
 done:

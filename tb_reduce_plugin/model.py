@@ -740,10 +740,17 @@ class TableBuilder:
 
     def _track_ids(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
         """Track ids without building a (pid, tid) tuple per event: pids and tids are
-        interned apart, then only the distinct pairs of the block."""
-        pairs, inverse = np.unique((pid.astype(np.int64) << 32) | tid.astype(np.int64), return_inverse=True)
+        interned apart, then only the distinct pairs of the block, in sorted order. A
+        trace writes a thread's events together (28 runs in a 16 MB Kineto block of 46 k
+        events), so the pairs are found among the runs' first events (a sort of 46 k
+        keys was 1.3 ms a block, 0.12 s at 2 GiB on the thread that scans)."""
+        key = (pid.astype(np.int64) << 32) | tid.astype(np.int64)
+        if not len(key):
+            return self._tracks.ids_of([])
+        heads = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        pairs, inverse = np.unique(key[heads], return_inverse=True)
         keys = [(self._pids.values[p >> 32], self._tids.values[p & 0xFFFFFFFF]) for p in pairs.tolist()]
-        return self._tracks.ids_of(keys)[inverse.reshape(-1)]
+        return np.repeat(self._tracks.ids_of(keys)[inverse.reshape(-1)], np.diff(np.append(heads, len(key))))
 
     def build(self) -> EventTable:
         # The scanner's hash tables and key arena (as big as the names again) and its
