@@ -603,7 +603,10 @@ class Dashboard {
             `${p.bytes_per_s > 0 ? ` at ${formatBytes(p.bytes_per_s)}/s` : ''} (${formatSeconds(p.seconds)})…`);
           this.setProgress(Math.min(1, p.done / p.total));
         } else if (p.stage === 'reducing') {
-          this.setStatus(`Reducing ${host} at level ${level} on the server (${formatSeconds(p.seconds)})…`);
+          // Planning tells no fraction; copying the kept events out of the file's text does.
+          const copying = p.total > 0 ? `: copying its kept events, ${formatBytes(p.done)} of ${formatBytes(p.total)} read` : '';
+          this.setStatus(`Reducing ${host} at level ${level} on the server${copying} (${formatSeconds(p.seconds)})…`);
+          if (p.total > 0) this.setProgress(Math.min(1, p.done / p.total));
         }
         setTimeout(tick, 400);
       }, () => {

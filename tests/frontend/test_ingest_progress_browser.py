@@ -31,6 +31,10 @@ def test_the_dashboard_says_how_much_of_the_file_the_server_has_read_before_the_
         reading = [s for s in statuses if s.startswith("Reading big on the server: ")]
         assert reading, statuses
         assert all(" of " in s and "/s" in s for s in reading), reading
+        # Copying the kept events out of the text, if a poll fell while it ran: how far of how much.
+        copying = [s for s in statuses if s.startswith("Reducing big at level 2 on the server: copying")]
+        assert all(" read (" in s and " of " in s for s in copying), copying
+        print("statuses while copying:", copying)
         assert statuses[-1].startswith("Level 2"), statuses[-1]
         save_shot(page, "progress-loaded")
     finally:

@@ -1,7 +1,7 @@
 """A progress line while a trace is ingested (issue 26, item 8): the CLI's line names the
 stage, the bytes of the file read of how many and the rate; the server's `progress` route
-says what it is doing to a file (reading: how far of how much; reducing; idle) while a
-first open parses it (the dashboard showing it: test_ingest_progress_browser.py)."""
+says what it is doing to a file (reading: how far of how much; reducing, and how far its
+kept events are copied out of the text; idle) while a first open parses it (the dashboard showing it: test_ingest_progress_browser.py)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,11 @@ def test_while_a_first_open_parses_the_service_says_reading_how_far_of_how_much(
     assert any(s["done"] > 0 and s["bytes_per_s"] > 0 for s in reading)
     assert {s["stage"] for s in samples} <= {"idle", "reading", "reducing"}
     assert service.progress("run", "big") == {"stage": "idle"}
+    # Then the kept events are copied out of the file's text, read again: how far of how much.
+    copying = [s for s in samples if s["stage"] == "reducing" and s["total"] > 0]
+    assert copying, f"no sample while copying among {len(samples)}"
+    assert all(s["total"] == size and 0 <= s["done"] <= size for s in copying)
+    assert [s["done"] for s in copying] == sorted(s["done"] for s in copying)
 
 
 def test_the_progress_route_answers_idle_and_404_for_what_is_not_listed(big_logdir, tmp_path):
