@@ -1,7 +1,8 @@
 """A progress line while a trace is ingested (issue 26, item 8): the CLI's line names the
 stage, the bytes of the file read of how many and the rate; the server's `progress` route
 says what it is doing to a file (reading: how far of how much; reducing, and how far its
-kept events are copied out of the text; idle) while a first open parses it (the dashboard showing it: test_ingest_progress_browser.py)."""
+kept events are copied out of the text; idle) while a first open parses it (the dashboard
+showing it: test_ingest_progress_browser.py)."""
 
 from __future__ import annotations
 
