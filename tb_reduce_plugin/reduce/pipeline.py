@@ -31,6 +31,7 @@ from .levels import LEVELS, ArgsPolicy, args_policy
 from .reduction import (
     CHUNK_EVENTS,
     CHUNK_SLICES,
+    FOLD_THREADS,
     Plan,
     check_window,
     default_window,
@@ -51,7 +52,8 @@ BUDGET_BYTES = 64 * 1024 * 1024
 # flags per event and per slice (5-12 B an event measured with chunks of 4,096), per
 # counter sample (83 B: its series' buckets are sorted whole) and per instant (~60 B
 # when every instant is the first of its bucket), plus what one chunk holds: a chunk of
-# a track's slices (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured: ~19 MB)
+# a track's slices (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured: ~19 MB;
+# one per thread folding tracks, `reduction.FOLD_THREADS`)
 # and a chunk of events while the per-event flags, the slices and the flow binding are
 # made (`reduction.CHUNK_EVENTS`, ~75 B an event of one chunk). The summaries are charged
 # as they are made.
@@ -414,7 +416,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     block = getattr(index.source, "block_size", 0)  # a Chrome trace's write pass reads blocks again
     instants = instant_count(t)
     need = (PLAN_BYTES_PER_EVENT * n + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
-            + PLAN_BYTES_PER_INSTANT * instants + PLAN_BYTES_PER_CHUNK_SLICE * min(n, CHUNK_SLICES)
+            + PLAN_BYTES_PER_INSTANT * instants + PLAN_BYTES_PER_CHUNK_SLICE * min(n, CHUNK_SLICES) * FOLD_THREADS
             + PLAN_BYTES_PER_CHUNK_EVENT * min(n, CHUNK_EVENTS) + (WRITE_BLOCKS * block if block else WRITE_BYTES))
     if level == 0:
         need += KEPT_BYTES_PER_EVENT * n * (2 if with_input_index else 1)

@@ -563,17 +563,71 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         kept[idx] = sl.dur[idx] >= bk.theta
     else:
         kept = overlaps & (sl.dur >= bk.theta)
-    out = _SummaryParts(grow)
-    for lo, hi in _track_runs(sl.track, slice_order):
-        def chunks(lo: int = lo, hi: int = hi):  # this track's overlapping slices, by (start, event)
+    runs = _track_runs(sl.track, slice_order)
+    parts = [_SummaryParts(grow) for _ in runs]
+
+    def fold(k: int) -> None:
+        lo, hi = runs[k]
+
+        def chunks():  # this track's overlapping slices, by (start, event)
             for a in range(lo, hi, CHUNK_SLICES):
                 idx = slice_order[a:min(a + CHUNK_SLICES, hi)]
                 idx = idx[overlaps[idx]]
                 if len(idx):
                     yield idx
         bounds = _promote_straddlers(sl, kept, chunks)
-        _fold_track(sl, kept, bounds, bk, rank, chunks, out)
+        _fold_track(sl, kept, bounds, bk, rank, chunks, parts[k])
+
+    _on_two_cores(fold, [hi - lo for lo, hi in runs])
+    out = _SummaryParts(grow)
+    for part in parts:  # in track order, whichever thread folded it
+        out.extend(part)
     return kept, out.summaries()
+
+
+# Tracks are folded on two threads at once (`_on_two_cores`) when the slices are at least
+# this many: each thread holds one chunk of a track's slices (`CHUNK_SLICES`) at a time.
+FOLD_THREADS = 2
+_FOLD_APART_FROM = 2 * CHUNK_SLICES
+
+
+def _on_two_cores(work: Callable[[int], None], sizes: list[int]) -> None:
+    """`work(k)` for every k, on this thread and a second one where two cores may be used:
+    the biggest first, each to the thread with the less so far. Folding a track is numpy
+    on chunks of 262,144 slices (the GIL let go in each step), and a track's kept flags and
+    summaries are its own (`kept` rows of its slices, its own `_SummaryParts`): the result
+    is the one of folding them in turn."""
+    if len(sizes) < 2 or sum(sizes) < _FOLD_APART_FROM or usable_cores() < 2:
+        for k in range(len(sizes)):
+            work(k)
+        return
+    load, mine = [0, 0], [[], []]
+    for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        t = int(load[1] < load[0])
+        mine[t].append(k)
+        load[t] += sizes[k]
+    errors: list[BaseException] = []
+
+    def run(ks: list) -> None:
+        try:
+            for k in ks:
+                if errors:
+                    return
+                work(k)
+        except BaseException as exc:  # raised again on the caller's thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, args=(mine[1],), name="tb-reduce-fold", daemon=True)
+    try:
+        worker.start()
+    except RuntimeError:  # a process out of threads: in turn, on this one
+        run(mine[1])
+        worker = None
+    run(mine[0])
+    if worker is not None:
+        worker.join()
+    if errors:
+        raise errors[0]
 
 
 def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:
@@ -652,6 +706,18 @@ class _SummaryParts:
         self.n += len(start)
         self.ntop += len(top_name)
         self.nbusy += len(digits)
+
+    def extend(self, other: _SummaryParts) -> None:
+        """`other`'s summaries after these (their name and busy offsets moved on)."""
+        if other.n == 0:
+            return
+        for name in ("track", "start", "end", "count", "top_name", "top_count", "busy"):
+            getattr(self, name).extend(getattr(other, name))
+        self.offsets.extend(o + self.ntop for o in other.offsets[1:])
+        self.busy_offsets.extend(o + self.nbusy for o in other.busy_offsets[1:])
+        self.n += other.n
+        self.ntop += other.ntop
+        self.nbusy += other.nbusy
 
     def add_open(self, track: int, grp: _OpenGroup, rank: np.ndarray, theta: float) -> None:
         self.add(track, np.array([grp.start]), np.array([grp.end]), np.array([grp.count], dtype=np.int64),
