@@ -31,10 +31,10 @@ from typing import Any, Hashable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
-from . import scan_halves
+from . import scan_pieces
 from .mapped import ColumnFiles, SpillFailed, map_array  # noqa: F401 (SpillFailed: the table's error too)
 from .native import scanner_module
-from .scan_halves import HalfScanner
+from .scan_pieces import PieceScanner
 
 NAN = float("nan")
 
@@ -481,8 +481,8 @@ class TableBuilder:
         self.block_events: list[int] = []
         self.block_bytes: list[int] = []
         self._scanner: Any = None
-        self._halves: Optional[HalfScanner] = None  # two threads' private scanners (two cores), see `scan_halves`
-        self._halves_done = False  # no pieces for this builder: one core
+        self._pieces: Optional[PieceScanner] = None  # two threads' private scanners (two cores), see `scan_pieces`
+        self._pieces_done = False  # no pieces for this builder: one core
         self._scan_rows = 0
         self._scan_cols: dict[str, np.ndarray] = {}
         self._density = 0.0  # the most events a byte a scanned block held (`scan` sizes columns by it)
@@ -524,8 +524,8 @@ class TableBuilder:
         if self._scan_rows < rows:  # columns reused from block to block: no fresh pages per block
             self._scan_rows = max(rows, 2 * self._scan_rows)
             self._scan_cols = {k: np.empty(self._scan_rows, dtype=d) for k, d in _SCAN_COLUMNS}
-        halves = self._halves_for(module, text)
-        got = halves.scan(text, self._scanner, self._scan_cols, rows, _SCAN_COLUMNS) if halves else None
+        pieces = self._pieces_for(module, text)
+        got = pieces.scan(text, self._scanner, self._scan_cols, rows, _SCAN_COLUMNS) if pieces else None
         if got is not None:
             return got
         n = self._scanner.scan(text, *self._scan_cols.values())
@@ -554,18 +554,18 @@ class TableBuilder:
         scanner.flow_ids(np.ascontiguousarray(cats, dtype=np.int32), ids, self._other_flows, out)
         return out
 
-    def _halves_for(self, module: Any, text: Any) -> Optional[HalfScanner]:
+    def _pieces_for(self, module: Any, text: Any) -> Optional[PieceScanner]:
         """The private scanners of two threads, for a block big enough to cut into pieces
         on a machine with two cores."""
-        if self._halves_done or len(text) < scan_halves.SPLIT_FROM_BYTES:
+        if self._pieces_done or len(text) < scan_pieces.SPLIT_FROM_BYTES:
             return None
-        if self._halves is None:
-            if scan_halves.usable_cores() < 2:
-                self._halves_done = True
+        if self._pieces is None:
+            if scan_pieces.usable_cores() < 2:
+                self._pieces_done = True
                 return None
             i = (self._names, self._cats, self._pids, self._tids)
-            self._halves = HalfScanner(module, i)
-        return self._halves
+            self._pieces = PieceScanner(module, i)
+        return self._pieces
 
     def add(self, events: Union[list[ChromeEvent], ScannedBlock], nbytes: int = 0) -> None:
         n = len(events)
@@ -602,8 +602,8 @@ class TableBuilder:
         for interner in (self._tracks, self._pids, self._tids, self._names, self._flows, self._series, self._cats):
             interned += self._interned_bytes(interner)
         scanner = self._scanner.cache_bytes() + 62 * self._scan_rows if self._scanner is not None else 0
-        if self._halves is not None:
-            scanner += self._halves.held_bytes()
+        if self._pieces is not None:
+            scanner += self._pieces.held_bytes()
         others = (_INTERNED_OVERHEAD + _OTHER_FLOW_BYTES) * len(self._other_flows)
         return self._col_bytes + interned + scanner + others + _COUNTER_ROW_BYTES * len(self._c_event)
 

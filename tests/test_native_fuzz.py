@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin import native as native_module
-from tb_reduce_plugin import scan_halves
+from tb_reduce_plugin import scan_pieces
 from tb_reduce_plugin.model import TableBuilder, decode_events
 from tests.table_equality import difference_both_ways, native, table_difference
 
@@ -82,16 +82,17 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(b)
 
 
-def _halved(text: bytes) -> object:
-    """The block scanned in two halves at once (`scan_halves`), split wherever it is."""
-    saved = scan_halves.SPLIT_FROM_BYTES, scan_halves.usable_cores
-    scan_halves.SPLIT_FROM_BYTES, scan_halves.usable_cores = 0, lambda: 2
+def _in_pieces(text: bytes) -> object:
+    """The block scanned in pieces of ~97 bytes by two threads at once (`scan_pieces`), cut
+    wherever it is (inside a string too)."""
+    saved = scan_pieces.SPLIT_FROM_BYTES, scan_pieces.PIECE_BYTES, scan_pieces.usable_cores
+    scan_pieces.SPLIT_FROM_BYTES, scan_pieces.PIECE_BYTES, scan_pieces.usable_cores = 0, 97, lambda: 2
     try:
         with native(True):
             builder = TableBuilder()
             block = builder.scan(bytearray(text))
     finally:
-        scan_halves.SPLIT_FROM_BYTES, scan_halves.usable_cores = saved
+        scan_pieces.SPLIT_FROM_BYTES, scan_pieces.PIECE_BYTES, scan_pieces.usable_cores = saved
     if block is None:
         return None
     builder.add(block, len(text))
@@ -102,8 +103,8 @@ def _check_block(text: bytes) -> None:
     with native(True):
         scanning = TableBuilder()
         block = scanning.scan(text)
-    halved = _halved(text)
-    assert (halved is None) == (block is None), "the halves and one scanner disagree on what is plain"
+    pieces = _in_pieces(text)
+    assert (pieces is None) == (block is None), "the pieces and one scanner disagree on what is plain"
     if block is not None:
         try:
             events = decode_events(text)
@@ -115,8 +116,8 @@ def _check_block(text: bytes) -> None:
         whole = scanning.build()
         diff = table_difference(whole, pure.build())
         assert diff is None, diff
-        diff = table_difference(halved, whole)
-        assert diff is None, f"in halves: {diff}"
+        diff = table_difference(pieces, whole)
+        assert diff is None, f"in pieces: {diff}"
     with native(True):  # also when the suite runs with the scanner off (make test-pure)
         module = native_module.scanner_module()
     assert module is not None

@@ -43,7 +43,7 @@ from ..model import (
     ph_in,
     time_span,
 )
-from ..scan_halves import usable_cores
+from ..scan_pieces import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
 from .busy import digits_of, group_busy

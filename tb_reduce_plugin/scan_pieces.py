@@ -137,7 +137,7 @@ class _Private:
         return self.scanner.cache_bytes() + self._value_bytes + sum(m.nbytes() for m in self.maps)
 
 
-class HalfScanner:
+class PieceScanner:
     """The second thread of a `model.TableBuilder`'s scan: its private scanner and columns,
     the block's pieces shared out, and the adoption of what it scanned."""
 

@@ -1,4 +1,4 @@
-"""A block scanned in pieces by two threads at once (`scan_halves`) gives the table one
+"""A block scanned in pieces by two threads at once (`scan_pieces`) gives the table one
 scanner gives: the same rows, and every id the one the pure path gives (first met in file
 order), whatever the cuts, the text around them, or a piece that is not the plain case."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin import native as native_module
-from tb_reduce_plugin import scan_halves
+from tb_reduce_plugin import scan_pieces
 from tb_reduce_plugin.model import TableBuilder, decode_events
 from tests.table_equality import native, table_difference
 
@@ -23,43 +23,43 @@ pytestmark = pytest.mark.skipif(not native_module.available(), reason="the nativ
 
 
 @pytest.fixture
-def halves(monkeypatch: pytest.MonkeyPatch) -> None:
+def pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every block split, on any machine (CI may lend one core)."""
-    monkeypatch.setattr(scan_halves, "SPLIT_FROM_BYTES", 0)
-    monkeypatch.setattr(scan_halves, "usable_cores", lambda: 2)
+    monkeypatch.setattr(scan_pieces, "SPLIT_FROM_BYTES", 0)
+    monkeypatch.setattr(scan_pieces, "usable_cores", lambda: 2)
 
 
 def _table(blocks: list, split: bool, monkeypatch: pytest.MonkeyPatch, pure: bool = False,
            writable: bool = True) -> tuple:
     """The table of `blocks` (texts "[...]", in file order), and how many were split
     (a writable text is split in place, a read-only one on copies)."""
-    monkeypatch.setattr(scan_halves, "SPLIT_FROM_BYTES", 0 if split else 1 << 62)
+    monkeypatch.setattr(scan_pieces, "SPLIT_FROM_BYTES", 0 if split else 1 << 62)
     split_blocks = []
-    original = scan_halves.HalfScanner.scan
+    original = scan_pieces.PieceScanner.scan
 
     def counting(self, text, *args):  # type: ignore[no-untyped-def]
         got = original(self, text, *args)
         split_blocks.append(got is not None)
         return got
 
-    monkeypatch.setattr(scan_halves.HalfScanner, "scan", counting)
+    monkeypatch.setattr(scan_pieces.PieceScanner, "scan", counting)
     builder = TableBuilder()
     with native(not pure):
         for text in blocks:
             block = builder.scan(bytearray(text) if writable else bytes(text))
             builder.add(block if block is not None else decode_events(text), len(text))
-    monkeypatch.setattr(scan_halves.HalfScanner, "scan", original)
+    monkeypatch.setattr(scan_pieces.PieceScanner, "scan", original)
     return builder.build(), sum(split_blocks)
 
 
 def _same_three_ways(blocks: list, monkeypatch: pytest.MonkeyPatch, writable: bool = True) -> int:
-    """Halves, one scanner and the pure path give one table; returns the blocks split."""
-    monkeypatch.setattr(scan_halves, "usable_cores", lambda: 2)
-    halved, split = _table(blocks, True, monkeypatch, writable=writable)
+    """Pieces, one scanner and the pure path give one table; returns the blocks split."""
+    monkeypatch.setattr(scan_pieces, "usable_cores", lambda: 2)
+    in_pieces, split = _table(blocks, True, monkeypatch, writable=writable)
     whole, _ = _table(blocks, False, monkeypatch)
     pure, _ = _table(blocks, False, monkeypatch, pure=True)
-    assert table_difference(halved, whole) is None
-    assert table_difference(halved, pure) is None
+    assert table_difference(in_pieces, whole) is None
+    assert table_difference(in_pieces, pure) is None
     return split
 
 
@@ -119,7 +119,7 @@ def test_a_half_that_is_not_the_plain_case_sends_the_block_to_the_path_that_read
 
 def test_past_its_size_the_second_scanner_starts_afresh_and_ids_still_follow_the_file(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan_halves, "MAX_PRIVATE_VALUES", 50)
+    monkeypatch.setattr(scan_pieces, "MAX_PRIVATE_VALUES", 50)
     blocks = []
     for k in range(6):  # names distinct per block, and names met again from earlier blocks
         events = [{"ph": "X", "name": f"n{k}-{i}" if i % 2 else f"n0-{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
@@ -128,27 +128,27 @@ def test_past_its_size_the_second_scanner_starts_afresh_and_ids_still_follow_the
     assert _same_three_ways(blocks, monkeypatch) == 6
 
 
-def test_the_second_scanners_private_values_are_charged_to_the_builder(halves: None) -> None:
+def test_the_second_scanners_private_values_are_charged_to_the_builder(pieces: None) -> None:
     text = _block([{"ph": "X", "name": f"a distinct name {i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
                    for i in range(4000)])
     with native(True):
         builder = TableBuilder()
         before = builder._held()
         assert builder.scan(bytearray(text)) is not None
-        assert builder._halves is not None
-        private = builder._halves.held_bytes()
+        assert builder._pieces is not None
+        private = builder._pieces.held_bytes()
     assert private > 2000 * 40  # about half the names, each with its slots
     assert builder._held() - before > private
 
 
 @pytest.mark.parametrize("path", CHROME, ids=[p.name[:60] for p in CHROME])
-def test_every_corpus_trace_indexes_to_the_same_table_in_halves(path: Path, halves: None) -> None:
+def test_every_corpus_trace_indexes_to_the_same_table_in_pieces(path: Path, pieces: None) -> None:
     from tb_reduce_plugin.errors import TraceError
     from tb_reduce_plugin.reduce.pipeline import index_file
 
     out = []
     for split in (0, 1 << 62):
-        scan_halves.SPLIT_FROM_BYTES = split
+        scan_pieces.SPLIT_FROM_BYTES = split
         with native(True):
             try:
                 out.append(index_file(path).table)
@@ -190,7 +190,7 @@ def test_values_the_second_thread_meets_last_piece_first_are_numbered_in_file_or
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of ~1 KB: the second thread scans from the block's last piece back, so it
     meets a name of two pieces (and a flow's end) before the place the file first has it."""
-    monkeypatch.setattr(scan_halves, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(scan_pieces, "PIECE_BYTES", 1024)
     events = []
     for k in range(40):  # each name in two neighbouring stretches, flows ending a stretch later
         events += [{"ph": "X", "name": f"n{(k + i) // 2 % 30}", "cat": f"c{k % 7}", "pid": k % 3, "tid": k,
@@ -210,23 +210,23 @@ def test_a_cut_inside_a_string_drops_the_private_scanner_that_may_have_read_its_
     """A name whose text looks like empty events (`}, {}, {}`): a piece that starts inside
     it reads them as events without a name, a value the file may never hold. The block is
     scanned whole, and the private scanner is a fresh one for the next block."""
-    monkeypatch.setattr(scan_halves, "PIECE_BYTES", 512)
+    monkeypatch.setattr(scan_pieces, "PIECE_BYTES", 512)
     trap = {"ph": "X", "name": "x" * 300 + "}, {}, {}, {}, {}" * 40, "pid": 1, "tid": 1, "ts": 5, "dur": 1}
     blocks = [_block(_events(0, 20) + [trap] + _events(1, 20), indent=None), _block(_events(2, 200))]
     assert _same_three_ways(blocks, monkeypatch) == 1
     with native(True):
         builder = TableBuilder()
-        monkeypatch.setattr(scan_halves, "SPLIT_FROM_BYTES", 0)
-        monkeypatch.setattr(scan_halves, "usable_cores", lambda: 2)
+        monkeypatch.setattr(scan_pieces, "SPLIT_FROM_BYTES", 0)
+        monkeypatch.setattr(scan_pieces, "usable_cores", lambda: 2)
         assert builder.scan(bytearray(blocks[0])) is not None  # scanned whole by the builder's scanner
-        assert builder._halves is not None
-        assert builder._halves._private.values == [[], [], [], []] and builder._halves._private.scanner.flow_count() == 0
+        assert builder._pieces is not None
+        assert builder._pieces._private.values == [[], [], [], []] and builder._pieces._private.scanner.flow_count() == 0
 
 
 def test_a_process_that_cannot_start_a_thread_scans_each_block_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(self: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(scan_halves.threading.Thread, "start", refuse)
+    monkeypatch.setattr(scan_pieces.threading.Thread, "start", refuse)
     blocks = [_block(_events(0, 200) + _events(1, 200))]
     assert _same_three_ways(blocks, monkeypatch) == 0
