@@ -606,7 +606,7 @@ class Dashboard {
           // Planning tells no fraction; copying the kept events out of the file's text does.
           const copying = p.total > 0 ? `: copying its kept events, ${formatBytes(p.done)} of ${formatBytes(p.total)} read` : '';
           this.setStatus(`Reducing ${host} at level ${level} on the server${copying} (${formatSeconds(p.seconds)})…`);
-          if (p.total > 0) this.setProgress(Math.min(1, p.done / p.total));
+          this.setProgress(p.total > 0 ? Math.min(1, p.done / p.total) : 0); // a bar of its own, from empty
         }
         setTimeout(tick, 400);
       }, () => {
