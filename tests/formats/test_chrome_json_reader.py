@@ -91,6 +91,42 @@ def test_a_gzip_inflated_ahead_is_read_where_it_was_inflated_and_its_kept_events
     assert len(lent) > 20 and sum(lent) >= len(lent) - 3  # the first reads (the head) aside
 
 
+def test_a_big_plain_file_is_read_ahead_and_read_where_it_was_read_like_a_gzip(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain file from `AHEAD_MIN_PLAIN_BYTES` on is read on the stream's thread and lent
+    # as a gzip's blocks are: the same events, the checksum of the file, and most blocks lent.
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)
+    evs = events(10_000)
+    p = tmp_path / "t.json"
+    p.write_bytes(json.dumps({"traceEvents": evs}).encode())
+    seen = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(sources, "AHEAD_MIN_PLAIN_BYTES", 0 if ahead else 1 << 62)
+        lent, kept = [], []
+        with TraceStream(p) as stream:
+            reader = ChromeJsonReader(stream, block_size=1 << 16)
+            for i, block in enumerate(reader.blocks(raw_list)):
+                lent.append(reader._lent)
+                kept.extend(block if i % 3 == 0 else [bytes(r) for r in block])
+            assert (stream._ahead is not None) == ahead
+            seen[ahead] = ([json.loads(bytes(r)) for r in kept], reader.file_crc())
+        if ahead:
+            assert len(lent) > 20 and sum(lent) >= len(lent) - 3
+        else:
+            assert not any(lent)
+    assert seen[True] == seen[False] and seen[True][0] == evs
+
+
+def test_a_small_plain_file_is_read_in_place_without_a_thread(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_bytes(json.dumps({"traceEvents": events(2_000)}).encode())
+    assert p.stat().st_size < sources.AHEAD_MIN_PLAIN_BYTES
+    with TraceStream(p) as stream:
+        reader = ChromeJsonReader(stream, block_size=1 << 16)
+        assert sum(len(b) for b in reader.blocks(raw_list)) == 2_000
+        assert stream._ahead is None and stream.ahead_bytes == 0
+
+
 def test_trace_events_may_appear_anywhere_among_the_top_level_keys(tmp_path: Path) -> None:
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "}{,"}] * 50,
            "traceEvents": events(30), "traceName": "x", "stackFrames": {"1": {"name": "f"}}, "samples": [{"a": 1}] * 40}
