@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -115,6 +116,32 @@ def test_a_big_plain_file_is_read_ahead_and_read_where_it_was_read_like_a_gzip(
         else:
             assert not any(lent)
     assert seen[True] == seen[False] and seen[True][0] == evs
+
+
+def test_a_plain_file_cut_short_while_read_ahead_reads_as_it_does_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The file is cut to a third after the first block was taken: the thread reading ahead
+    # meets its end as a read in place does, and the reader says the same of it.
+    monkeypatch.setattr(sources, "READ_SIZE", 1 << 16)
+    body = json.dumps({"traceEvents": events(10_000)}).encode()
+    outcome = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(sources, "AHEAD_MIN_PLAIN_BYTES", 0 if ahead else 1 << 62)
+        p = tmp_path / f"t{ahead}.json"
+        p.write_bytes(body)
+        got: list = []
+        with TraceStream(p) as stream:
+            reader = ChromeJsonReader(stream, block_size=1 << 16)
+            try:
+                for i, block in enumerate(reader.blocks(raw_list)):
+                    got.extend(bytes(r) for r in block)
+                    if i == 0:
+                        os.truncate(p, len(body) // 3)
+                outcome[ahead] = ("read", reader.truncated)
+            except TraceError as exc:
+                outcome[ahead] = ("refused", str(exc).replace(p.name, "t.json"))
+        assert 0 < len(got) < 10_000
+    assert outcome[True] == outcome[False]
 
 
 def test_a_small_plain_file_is_read_in_place_without_a_thread(tmp_path: Path) -> None:
