@@ -187,10 +187,10 @@ class PieceScanner:
                     piece.release()
             del pieces
             view.release()
-        if scanned is None:
+        joined = None if scanned is None else self._joined(scanned, offsets, scanner, cols, columns)
+        if joined is None:
             self._private = _Private(self._module)  # may hold values read across a bad cut
-            return None
-        return self._joined(scanned, offsets, scanner, cols, columns)
+        return joined
 
     def _scan_pieces(self, pieces: list, scanner: Any, cols: dict[str, np.ndarray]) -> Optional[list]:
         """The pieces scanned from both ends at once, each by the first thread to reach it:
@@ -234,9 +234,11 @@ class PieceScanner:
         return None if failed.is_set() else done
 
     def _joined(self, scanned: list, offsets: list[int], scanner: Any, cols: dict[str, np.ndarray],
-                columns: Sequence[tuple[str, Any]]) -> tuple[int, dict[str, np.ndarray]]:
+                columns: Sequence[tuple[str, Any]]) -> Optional[tuple[int, dict[str, np.ndarray]]]:
         """The pieces in file order, with the builder's ids: the first pieces' rows as they
-        are, then the second thread's, put in file order, its new values adopted."""
+        are, then the second thread's, put in file order, its new values adopted. None (the
+        block scanned whole) if its columns do not hold every id its scanner gave: never
+        seen, but a map with a hole would give wrong ids without a word."""
         mine = [(at, n) for who, at, n in scanned if who == 0]
         theirs = [(at, n) for who, at, n in scanned if who == 1]  # in file order: scanned last first
         counts = [n for _, _, n in scanned]
@@ -245,11 +247,15 @@ class PieceScanner:
             first = cols[k][:sum(n for _, n in mine)]  # from row 0, in order
             rest = [self._cols[k][at:at + n] for at, n in theirs]
             parts[k] = (first, np.concatenate(rest) if rest else self._cols[k][:0])
+        given = (*map(len, self._private.values), self._private.scanner.flow_count())
+        fresh = [self._fresh(kind, parts[k][1]) for kind, k in enumerate(_ID_COLUMNS)]
+        if any(len(f) != n - m.known for f, n, m in zip(fresh, given, self._private.maps)):
+            return None
         for kind, k in enumerate(_ID_COLUMNS):
             if kind < _FLOW:
-                self._adopt(kind, parts[k][1])
+                self._adopt(kind, fresh[kind])
             else:
-                self._adopt_flows(scanner, parts[k][1])
+                self._adopt_flows(scanner, fresh[kind])
             parts[k] = (parts[k][0], self._private.maps[kind].mapped(parts[k][1], kind == _FLOW))
         joined = {k: np.concatenate(parts[k]) for k, _ in columns}
         shift = np.repeat(np.asarray(offsets, dtype=np.int64), counts)
@@ -267,18 +273,17 @@ class PieceScanner:
         found, first = np.unique(ids[at], return_index=True)
         return found[np.argsort(first, kind="stable")].astype(np.int32)
 
-    def _adopt(self, kind: int, ids: np.ndarray) -> None:
-        """The values of `kind` the second thread met first in this block, interned by the
-        builder in the order of their first places."""
-        fresh = self._fresh(kind, ids)
+    def _adopt(self, kind: int, fresh: np.ndarray) -> None:
+        """The values of `kind` the second thread met first in this block (`_fresh`),
+        interned by the builder in the order of their first places."""
         if len(fresh):
             values = self._private.values[kind]
             self._private.maps[kind].set(fresh, self._interners[kind].ids_of([values[i] for i in fresh.tolist()]))
 
-    def _adopt_flows(self, scanner: Any, ids: np.ndarray) -> None:
-        """The flow keys the second thread met first in this block, adopted by the builder's
-        scanner in the order of their first places (their categories are mapped already)."""
-        fresh = self._fresh(_FLOW, ids)
+    def _adopt_flows(self, scanner: Any, fresh: np.ndarray) -> None:
+        """The flow keys the second thread met first in this block (`_fresh`), adopted by
+        the builder's scanner in the order of their first places (their categories are
+        mapped already)."""
         if len(fresh):
             out = np.empty(len(fresh), dtype=np.int32)
             scanner.adopt_flows(self._private.scanner, self._private.maps[_CAT].array(), fresh, out)

@@ -230,3 +230,27 @@ def test_a_process_that_cannot_start_a_thread_scans_each_block_whole(monkeypatch
     monkeypatch.setattr(scan_pieces.threading.Thread, "start", refuse)
     blocks = [_block(_events(0, 200) + _events(1, 200))]
     assert _same_three_ways(blocks, monkeypatch) == 0
+
+
+def test_a_private_scanner_whose_ids_are_not_all_in_its_columns_is_dropped_and_the_block_scanned_whole(
+        pieces: None) -> None:
+    """Ids its columns do not hold would leave holes in its map (wrong ids, silently): never
+    seen in a scan, so made here by a scan of its own nobody adopts."""
+    blocks = [_block(_events(0, 300)), _block(_events(1, 300))]
+    with native(True):
+        builder = TableBuilder()
+        builder.add(builder.scan(bytearray(blocks[0])), len(blocks[0]))
+        stray = builder._pieces._private
+        cols = [np.empty(4, dtype=d) for d in (np.uint8, np.float64, np.float64, np.int32, np.int32, np.int32,
+                                               np.int32, np.int32, np.uint8, np.uint8, np.int64, np.int64)]
+        assert stray.scanner.scan(b'[{"ph":"X","name":"nowhere in the file","ts":1,"dur":1}]', *cols) == 1
+        block = builder.scan(bytearray(blocks[1]))
+        assert block is not None and builder._pieces._private is not stray
+        builder.add(block, len(blocks[1]))
+        table = builder.build()
+    pure = TableBuilder()
+    with native(False):
+        for text in blocks:
+            pure.add(decode_events(text), len(text))
+    assert table_difference(table, pure.build()) is None
+    assert "nowhere in the file" not in table.names
