@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from typing import Any, Callable, Iterator, Optional
 
@@ -69,6 +70,8 @@ class BlockStore:
         self.tier: Optional[Tier] = None
         self.tier_base = 0  # where the tier's text starts, after the file's
         self.failed = False
+        # Held while a chunk is written and listed, so `partial` sees whole chunks only.
+        self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _remove, self._file, self.path)
 
     @classmethod
@@ -85,8 +88,28 @@ class BlockStore:
         self._pending = bytearray()
         self.tier, self.tier_base = tier, tier_base
         self.failed = False
+        self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, self._file.close)
         return self
+
+    @property
+    def covered(self) -> int:
+        """How much of the text (by offset, `add_text`) is kept so far, in whole chunks."""
+        return self._firsts[-1]
+
+    def partial(self) -> Optional[BlockStore]:
+        """The text kept so far (`covered`), as a store of its own to read while this one
+        is still being written (by `ChromeJsonEvents.keep_store`, on another thread): the
+        chunks written are flushed and read through a file descriptor of its own, so this
+        one may go on, fail or be removed meanwhile. None if it failed or cannot be read."""
+        with self._lock:
+            if self.failed:
+                return None
+            try:
+                self._file.flush()
+                return BlockStore.kept(self.path, list(self._offsets), list(self._firsts))
+            except (OSError, TraceError):  # the disk refused the flush; the file is gone
+                return None
 
     def add(self, text: Any, events: int) -> None:
         """Keep one block; a store that cannot be written (a full disk) gives up quietly:
@@ -94,14 +117,15 @@ class BlockStore:
         if self.failed:
             return
         data = isal_zlib.compress(text, 1)
-        try:
-            self._file.write(data)
-        except OSError:
-            self.failed = True
-            self._finalizer()
-            return
-        self._offsets.append(self._offsets[-1] + len(data))
-        self._firsts.append(self._firsts[-1] + events)
+        with self._lock:
+            try:
+                self._file.write(data)
+            except OSError:
+                self.failed = True
+                self._finalizer()
+                return
+            self._offsets.append(self._offsets[-1] + len(data))
+            self._firsts.append(self._firsts[-1] + events)
 
     def add_text(self, text: Any) -> None:
         """Keep text read by offset (`ChromeJsonEvents._copy`) in chunks of `TEXT_CHUNK`

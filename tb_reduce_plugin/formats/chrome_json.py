@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
@@ -36,8 +37,8 @@ from ..errors import FileChanged, TraceError
 from ..mapped import SpillFailed
 from ..model import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
-from .block_store import BlockStore, Tier, TierBuilder, raw_list
-from .plain_text import PlainText
+from .block_store import TIER_MAX_EVENTS, BlockStore, Tier, TierBuilder, raw_list
+from .plain_text import PlainText, each_a_value
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,12 @@ _FIRST_WINDOW = 16 * 1024
 _SEARCH_WINDOW = 1024 * 1024
 _TRIES_PER_BLOCK = 16
 _NEAR_END = 32
+# How often a window waiting for the text being kept looks how far it has got (a chunk of
+# 256 KiB is compressed in ~0.2 ms; a zoom waits for seconds' worth at most).
+_BUILD_POLL_S = 0.02
+# The text's end a first view keeps in memory (`ChromeJsonEvents._tail`): a Kineto trace's
+# metadata and whole-profile span (a few kB for 8 GPUs' processes and threads), with room.
+TAIL_BYTES = 1 << 20
 _RUNS: dict[bytes, re.Pattern] = {}
 
 
@@ -658,6 +665,12 @@ class ChromeJsonEvents:
         self.block_size = block_size
         self._store: Optional[BlockStore] = None
         self._building = threading.Lock()
+        self._growing: Optional[BlockStore] = None  # the store `keep_store` is writing now
+        # The text's last `TAIL_BYTES` (from offset, text), kept by the server's first full
+        # pass: a Kineto trace writes its metadata and its whole-profile span there, and
+        # every window keeps them, so a window read while the store is built need not wait
+        # for the build to reach the end (`_kept_so_far`).
+        self._tail: Optional[tuple[int, bytes]] = None
         # Called with `block_files()` once a full pass has built the block store (`index.store`
         # keeps it beside the stored index, so a restarted server need not inflate the file again).
         self.on_blocks: Optional[Callable[[str, np.ndarray, np.ndarray, Optional[Tier]], None]] = None
@@ -740,10 +753,16 @@ class ChromeJsonEvents:
                 yield from plain.copy_events(*self._spans(indices))
             return
         if self.positions is not None and self.defer_store and self._building.locked():
-            with self._building:  # being built (`keep_store`): waited for, then read from
-                store = self._store
-            if store is not None:
-                yield from store.copy_events(indices, *self._spans(indices))
+            kept = self._kept_so_far(indices, progress)  # being built (`keep_store`): read from it
+            if kept is not None:
+                store, cut = kept
+                starts, ends = self._spans(indices)
+                if cut is None:  # the whole store
+                    yield from store.copy_events(indices, starts, ends)
+                    return
+                yield from self._still_indexed(store.copy_events(indices[:cut], starts[:cut], ends[:cut]))
+                if cut < len(indices):
+                    yield self._from_tail(starts[cut:], ends[cut:])
                 return
         if self.positions is not None and (self.store_dir is None or self.defer_store):
             yield from self._copy(indices, progress, None)
@@ -767,6 +786,63 @@ class ChromeJsonEvents:
                 builder.close(remove=True)
             if acquired:
                 self._building.release()
+
+    def _kept_so_far(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
+                     ) -> Optional[tuple[BlockStore, Optional[int]]]:
+        """While `keep_store` builds the store, where to read `indices` from: (the whole store,
+        None) once built, or (the part kept so far, cut) where the events before `cut` lie in
+        that part and the rest in the text's tail (`_tail`). A window waits only until the
+        build has passed its last event outside the tail (a zoom right after a first view of
+        a 2 GiB trace waited 4 s for the whole build), so the file is not read once more. A
+        request past `TIER_MAX_EVENTS` waits for the whole store (each event read early is
+        checked). None: the build ended without a store (a full disk, the file changed); the
+        caller reads the file itself."""
+        assert self.positions is not None
+        total = self.positions.text_bytes
+        starts, ends = self._spans(indices)
+        tail = self._tail
+        cut = len(indices) if tail is None else int(np.searchsorted(starts, tail[0], side="left"))
+        need = int(ends[cut - 1]) if cut else 0
+        early = len(indices) <= TIER_MAX_EVENTS
+        while self._building.locked() and self._store is None:
+            growing = self._growing
+            if growing is not None and growing.failed:
+                break
+            if early and growing is not None and growing.covered >= need:
+                partial = growing.partial()
+                if partial is None:
+                    break
+                return partial, cut
+            if progress is not None:
+                progress(0 if growing is None else min(growing.covered, total), total)
+            time.sleep(_BUILD_POLL_S)
+        with self._building:  # ended, or ending: whatever it left
+            store = self._store
+        return None if store is None else (store, None)
+
+    def _from_tail(self, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+        """The events at [starts, ends), all within the kept tail of the text."""
+        assert self._tail is not None
+        at, text = self._tail
+        return [text[a:b] for a, b in zip((starts - at).tolist(), (ends - at).tolist())]
+
+    def _still_indexed(self, batches: Iterator[list[bytes]]) -> Iterator[list[bytes]]:
+        """Events copied from text kept while the build's pass still reads, before its
+        checksum has said the file is the one indexed: checked as events read in place are
+        (`PlainText.copy_events`), each a JSON value where it lay, and the file still the
+        version indexed once they are read."""
+        for batch in batches:
+            if not each_a_value(batch):
+                raise FileChanged(f"{os.path.basename(self.path)} changed since it was read "
+                                  "(its events are not where they were)")
+            yield batch
+        if self.identity is not None:
+            try:
+                now = FileIdentity.from_stat(os.stat(self.path))
+            except OSError:
+                now = None
+            if now != self.identity:
+                raise FileChanged(f"{os.path.basename(self.path)} changed since it was read")
 
     def _adopt(self, builder: BlockStore) -> Optional[BlockStore]:
         """Read from the store a whole pass built from now on (and say so: `on_blocks`);
@@ -801,11 +877,13 @@ class ChromeJsonEvents:
             if self._store is not None:
                 return True
             builder: Optional[BlockStore] = BlockStore(self.store_dir)
+            self._growing = builder  # read as it grows (`_kept_so_far`)
             try:
                 for _ in self._copy(np.zeros(0, dtype=np.int64), None, builder):
                     pass
                 builder = self._adopt(builder)  # type: ignore[arg-type]
             finally:
+                self._growing = None
                 if builder is not None:
                     builder.close(remove=True)
         return self._store is not None
@@ -839,6 +917,9 @@ class ChromeJsonEvents:
         buf, base = b"", 0  # what is kept of the text read so far, from offset `base`
         tier = self._tier_builder(builder)
         left = self.positions.text_bytes  # the text indexed, all of it (the file's checksum says it is the same)
+        # The server's first pass keeps the text's tail (`_tail`), once its checksum is right.
+        tail_from = max(0, left - TAIL_BYTES) if self.defer_store and self._tail is None else None
+        tail = bytearray()
         with TraceStream(self.path, self.max_inflated_bytes, progress, expect=ident, max_ratio=self.max_ratio,
                          read_bytes=None if ident is None else ident.size) as stream:
             while left > 0 or builder is not None:
@@ -847,6 +928,9 @@ class ChromeJsonEvents:
                     if k < n or left > 0:
                         raise FileChanged(f"{os.path.basename(self.path)} changed since it was read (it ends early)")
                     break
+                if tail_from is not None and base + len(buf) + len(chunk) > tail_from:
+                    at = base + len(buf)  # where `chunk` lies in the text
+                    tail += chunk[max(0, tail_from - at):max(0, self.positions.text_bytes - at)]
                 left -= min(left, len(chunk))
                 if builder is not None:
                     builder.add_text(chunk)  # its "events" are bytes: offsets, not indices
@@ -869,6 +953,8 @@ class ChromeJsonEvents:
             if tier is not None:
                 tier.close()
             raise FileChanged(f"{os.path.basename(self.path)} changed while it was read (its text is not the text indexed)")
+        if tail_from is not None and len(tail) == self.positions.text_bytes - tail_from:
+            self._tail = (tail_from, bytes(tail))
         if tier is not None and builder is not None:
             if tier.finish() is not None:
                 builder.finish()

@@ -46,6 +46,13 @@ _BEGINS = _bytes_table(b'{["-0123456789tfn')
 _ENDS = _bytes_table(b'}]"0123456789el')
 
 
+def each_a_value(raws: list[bytes]) -> bool:
+    """Whether each of `raws` begins and ends as a JSON value does: the check made on
+    events read where they lie, for events copied out of text kept while the file may
+    have been rewritten (`ChromeJsonEvents`, reading a store still being built)."""
+    return all(len(r) and _BEGINS[r[0]] and _ENDS[r[-1]] for r in raws)
+
+
 class PlainText:
     """A plain trace file opened as the version indexed: its events are read by position."""
 

@@ -14,6 +14,7 @@ from index_support import copied_gz_trace, stored_folder
 from plugin_support import require_corpus
 
 from tb_reduce_plugin.formats import chrome_json
+from tb_reduce_plugin.formats.block_store import BlockStore
 from tb_reduce_plugin.formats.chrome_json import ChromeJsonEvents
 from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.reduce.reduction import default_window
@@ -88,7 +89,7 @@ def test_the_first_view_does_not_wait_for_the_text_to_be_kept(gz_trace: Path, tm
     assert first == expected(gz_trace, tmp_path, 2, (None, None))
 
 
-def test_a_zoom_asked_while_the_text_is_kept_waits_for_it_instead_of_reading_the_file_again(
+def test_a_zoom_asked_once_the_keeping_has_passed_its_events_reads_them_without_waiting_for_the_rest(
         gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built, go = threading.Event(), threading.Event()
     original = ChromeJsonEvents._adopt
@@ -108,12 +109,54 @@ def test_a_zoom_asked_while_the_text_is_kept_waits_for_it_instead_of_reading_the
     out: dict = {}
     zoom = threading.Thread(target=lambda: out.update(r=body(service.reduction("run", host, 1, *window))))
     zoom.start()
+    zoom.join(30)
+    alive = zoom.is_alive()
+    go.set()
+    zoom.join(30)
+    service.wait_saved()
+    assert not alive  # read from the chunks kept so far and the tail, not after the store was adopted
+    assert len(passes) == 2 and out["r"] == expected(gz_trace, tmp_path, 1, window)
+
+
+def test_a_zoom_whose_events_are_not_kept_yet_waits_for_the_keeping_instead_of_reading_the_file_again(
+        gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held, go = threading.Event(), threading.Event()
+    original = BlockStore.add
+
+    def add_held(self: BlockStore, text, events: int) -> None:  # the keeping stops after its first chunk
+        original(self, text, events)
+        if self.path.startswith(str(tmp_path / "cache")) and ".blocks-" in self.path:
+            held.set()
+            assert go.wait(30)
+
+    monkeypatch.setattr(BlockStore, "add", add_held)
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = host_of(gz_trace)
+    passes = whole_passes(monkeypatch)
+    service.reduction("run", host, 2, None, None)
+    assert held.wait(30) and len(passes) == 2
+    window = a_window(service, host)
+    out: dict = {}
+    zoom = threading.Thread(target=lambda: out.update(r=body(service.reduction("run", host, 1, *window))))
+    zoom.start()
     zoom.join(0.5)
-    assert zoom.is_alive()  # waiting for the store being built
+    assert zoom.is_alive()  # its events lie past the first chunk: it waits for the keeping
     go.set()
     zoom.join(30)
     service.wait_saved()
     assert len(passes) == 2 and out["r"] == expected(gz_trace, tmp_path, 1, window)
+
+
+def test_the_first_view_keeps_the_texts_last_mib_where_kineto_writes_what_every_window_shows(
+        gz_trace: Path, tmp_path: Path) -> None:
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    service.reduction("run", host_of(gz_trace), 2, None, None)
+    service.wait_saved()
+    source = service.warm_index(service.trace_file("run", host_of(gz_trace))).source
+    text = gzip.decompress(gz_trace.read_bytes())
+    at, tail = source._tail
+    assert at == max(0, len(text) - chrome_json.TAIL_BYTES) and tail == text[at:]
+    assert b'"ph": "M"' in tail or b'"ph":"M"' in tail
 
 
 def test_text_that_cannot_be_kept_now_is_kept_by_the_next_full_pass(gz_trace: Path, tmp_path: Path,
