@@ -1,7 +1,9 @@
 """A gzip's text is kept (compressed in chunks) after its first view, not during it
 (`TraceService._keep_store`): the first view does not wait for the compression, a zoom
-asked while it is kept waits for it rather than read the whole file again, and a build
-that cannot run leaves the next full pass to keep it, as before."""
+asked while it is kept reads what is kept so far once the keeping has passed its events
+(else waits for it) rather than read the whole file again, the index's other writes wait
+until the text is kept, and a build that cannot run leaves the next full pass to keep it,
+as before."""
 
 from __future__ import annotations
 
@@ -215,3 +217,31 @@ def test_a_disk_that_fills_or_refuses_while_the_text_is_kept_leaves_no_store_and
     assert body(service.reduction("run", host, 1, *window)) == want
     assert len(passes) == 1 and not source.has_store
     assert not list(cache.rglob(".blocks-*"))
+
+
+def test_the_index_writers_jobs_wait_until_the_text_is_kept(gz_trace: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """On two cores, writing the prepared state and making the window index took a core from
+    the keeping that a zoom right after a first view waits for: they come after it."""
+    go, order = threading.Event(), []
+    original = ChromeJsonEvents.keep_store
+
+    def held_back(self: ChromeJsonEvents) -> bool:
+        assert go.wait(30)
+        order.append("text kept")
+        return original(self)
+
+    monkeypatch.setattr(ChromeJsonEvents, "keep_store", held_back)
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    saved = service.store.save_prepared
+    monkeypatch.setattr(service.store, "save_prepared", lambda idx: order.append("prepared saved") or saved(idx))
+    window_index = service._prepare_window_index
+    monkeypatch.setattr(service, "_prepare_window_index", lambda idx: order.append("windows") or window_index(idx))
+    service.reduction("run", host_of(gz_trace), 2, None, None)
+    service._writes.wait(30)  # what the writer was given so far is done
+    assert order == []
+    go.set()
+    service.wait_saved()
+    assert order[0] == "text kept" and "prepared saved" in order
+    folder = stored_folder(service.store, gz_trace)
+    assert (folder / "blocks.json").is_file()
