@@ -689,6 +689,12 @@ class ChromeJsonEvents:
         return self._store is not None
 
     @property
+    def held_bytes(self) -> int:
+        """The memory this source holds beyond its event positions: the text's tail (`_tail`)."""
+        tail = self._tail
+        return 0 if tail is None else len(tail[1])
+
+    @property
     def reads_cheaply(self) -> bool:
         """Whether a few events cost a few small reads, not a pass over the whole file: kept
         in a block store, or a plain file read where they lie (checked now: it may change)."""

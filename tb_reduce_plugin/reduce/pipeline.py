@@ -140,7 +140,8 @@ class TraceIndex:
                 n += sum(shared.values()) + sum(a.nbytes for line in lines for a in (line.starts, line.ends)
                                                 if not isinstance(a, np.memmap))
             self._base_bytes = n
-        return self._base_bytes + self.prepared.nbytes()
+        held = getattr(self.source, "held_bytes", 0)  # a Chrome trace's text tail, kept by its first view
+        return self._base_bytes + self.prepared.nbytes() + held
 
     def _columns(self) -> list[np.ndarray]:
         t = self.table

@@ -159,6 +159,10 @@ def test_the_first_view_keeps_the_texts_last_mib_where_kineto_writes_what_every_
     at, tail = source._tail
     assert at == max(0, len(text) - chrome_json.TAIL_BYTES) and tail == text[at:]
     assert b'"ph": "M"' in tail or b'"ph":"M"' in tail
+    index = service.warm_index(service.trace_file("run", host_of(gz_trace)))
+    held = index.memory_bytes()
+    source._tail = None
+    assert held - index.memory_bytes() == len(tail)  # counted in the index's memory
 
 
 def test_text_that_cannot_be_kept_now_is_kept_by_the_next_full_pass(gz_trace: Path, tmp_path: Path,
