@@ -222,7 +222,7 @@ class PieceScanner:
                 failed.set()
                 errors.append(exc)
 
-        worker = threading.Thread(target=work, args=(1,), name="tb-reduce-scan-half", daemon=True)
+        worker = threading.Thread(target=work, args=(1,), name="tb-reduce-scan-pieces", daemon=True)
         try:
             worker.start()
         except RuntimeError:

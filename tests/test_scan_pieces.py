@@ -72,12 +72,12 @@ def _block(events: list, indent: object = 1) -> bytes:
     return json.dumps(events, indent=indent).encode()
 
 
-def test_names_first_met_in_a_second_half_keep_their_place_in_file_order(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_names_first_met_in_the_second_threads_piece_keep_their_place_in_file_order(monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = [_block(_events(0, 200) + _events(1, 200)), _block(_events(1, 100) + _events(2, 300))]
     assert _same_three_ways(blocks, monkeypatch) == 2
 
 
-def test_a_flow_started_in_one_half_and_ended_in_the_other_binds_to_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_flow_started_in_one_threads_piece_and_ended_in_the_others_binds_to_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
     events = _events(0, 100)
     events += [{"ph": "s", "id": f"0x{i:x}", "cat": "ac2g", "name": "f", "pid": 1, "tid": 1, "ts": 10 + i}
                for i in range(60)]
@@ -97,7 +97,7 @@ def test_compact_text_without_space_after_commas_is_split_on_a_copy(monkeypatch:
 
 def test_a_cut_inside_a_string_is_refused_and_the_block_scanned_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A name holding `}, {` just after the middle of the block, where the cut is looked
-    for: the first half then ends inside a string, its scanner refuses it, and the block
+    for: the first piece then ends inside a string, its scanner refuses it, and the block
     is scanned whole."""
     trap = {"ph": "X", "name": "x" * 1000 + "}, {" + "y" * 10, "pid": 1, "tid": 1, "ts": 5, "dur": 1}
     text = _block([trap] + _events(1, 2), indent=None)
@@ -106,9 +106,9 @@ def test_a_cut_inside_a_string_is_refused_and_the_block_scanned_whole(monkeypatc
 
 
 @pytest.mark.parametrize("where", ["first", "second"])
-def test_a_half_that_is_not_the_plain_case_sends_the_block_to_the_path_that_reads_it(
+def test_a_piece_that_is_not_the_plain_case_sends_the_block_to_the_path_that_reads_it(
         monkeypatch: pytest.MonkeyPatch, where: str) -> None:
-    """An escaped key (the scanner leaves it to the pure path) in either half."""
+    """An escaped key (the scanner leaves it to the pure path) in either piece."""
     odd = {"ph": "X", "na\\u006de": "hidden", "pid": 1, "tid": 1, "ts": 3, "dur": 2}
     left, right = _events(0, 150), _events(1, 150)
     (left if where == "first" else right).insert(75, odd)
