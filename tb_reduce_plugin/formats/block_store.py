@@ -34,7 +34,7 @@ from isal import isal_zlib
 from ..errors import TraceError
 from ..mapped import ColumnFiles, SpillFailed
 from ..native import scanner_module
-from .sources import open_regular
+from .sources import FileIdentity, open_regular
 
 # The chunks text read by offset is kept in (`BlockStore.add_text`): a later pass inflates
 # a chunk for any event in it, so small, but big enough that ISA-L keeps its ratio (256 KiB
@@ -76,10 +76,11 @@ class BlockStore:
 
     @classmethod
     def kept(cls, path: str, offsets: np.ndarray, firsts: np.ndarray, tier: Optional[Tier] = None,
-             tier_base: int = 0) -> BlockStore:
-        """A store written by an earlier process, read-only: closed, not removed, when collected."""
+             tier_base: int = 0, expect: Optional[FileIdentity] = None) -> BlockStore:
+        """A store written by an earlier process, read-only: closed, not removed, when collected.
+        `expect`: the file it must be (device and inode), else `FileChanged`."""
         self = cls.__new__(cls)
-        self._file, _ = open_regular(path)  # without blocking, a regular file only
+        self._file, _ = open_regular(path, expect=expect)  # without blocking, a regular file only
         self.path = path
         self._fd = self._file.fileno()
         self._offsets = [int(x) for x in offsets]
@@ -107,7 +108,8 @@ class BlockStore:
                 return None
             try:
                 self._file.flush()
-                return BlockStore.kept(self.path, list(self._offsets), list(self._firsts))
+                this = FileIdentity.from_stat(os.fstat(self._fd))  # the file being written, not one put at its path
+                return BlockStore.kept(self.path, list(self._offsets), list(self._firsts), expect=this)
             except (OSError, TraceError):  # the disk refused the flush; the file is gone
                 return None
 

@@ -143,3 +143,13 @@ def test_the_store_being_kept_hands_out_whole_chunks_only(tmp_path: Path, monkey
     assert part.covered == 200 and store.partial().covered == 300
     store.close(remove=True)
     assert part.copy(np.array([0]), np.array([5])).__next__() == [b"aaaaa"]  # its own descriptor: still readable
+
+
+def test_a_store_being_kept_whose_path_now_names_another_file_hands_out_nothing(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(block_store, "TEXT_CHUNK", 100)
+    store = BlockStore(str(tmp_path))
+    store.add_text(b"a" * 250)
+    (tmp_path / "other").write_bytes(b"x" * 1000)
+    os.replace(tmp_path / "other", store.path)  # another file at the store's path
+    assert store.partial() is None
