@@ -52,6 +52,16 @@ def map_bytes(path: str) -> np.ndarray:
     return a
 
 
+def unlink_scratch(*arrays: Any) -> None:
+    """Remove the scratch files of mapped arrays a caller used only while making
+    something else: the disk is freed once the arrays go, not when their folder does."""
+    for a in arrays:
+        name = getattr(a, "filename", None) if isinstance(a, np.memmap) else None
+        if name:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+
 # Arrays smaller than this stay in memory: a map costs a file and a page at least.
 SPILL_AT_LEAST = 1 << 16
 

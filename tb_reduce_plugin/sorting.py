@@ -11,7 +11,7 @@ to `folder` when there is one (`mapped.Appended`, `mapped.scratch_array`).
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -135,3 +135,51 @@ def _bucket_of(key: np.ndarray, group: Optional[np.ndarray], c: slice, cuts: lis
             mine = np.flatnonzero(g == gr)
             b[mine] += np.searchsorted(cuts[gr], k[mine], "right")
     return b
+
+
+def search_by(key_at: Callable[[np.ndarray], np.ndarray], lo: Any, hi: Any, x: Any, side: str = "left") -> np.ndarray:
+    """`lo + np.searchsorted(keys[lo:hi], x, side)` for rows whose keys are not stored in
+    their order but read through `key_at(rows)` (int64 row numbers in, float keys out):
+    a binary search per query, all queries a step at a time (`lo`, `hi`, `x` broadcast).
+
+    Why: an index kept a sorted copy of its rows' keys (the window index's starts and
+    times, 8 B a row on disk) only to search them; the keys are a gather of the table's
+    columns through the order the index keeps anyway, and a search reads ~log2(n) of them.
+    NaN sorts last, as numpy puts it."""
+    lo, hi, x = np.broadcast_arrays(np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64),
+                                    np.asarray(x, dtype=np.float64))
+    if x.ndim == 0:
+        return np.int64(_search_one(key_at, int(lo), int(hi), float(x), side))
+    lo, hi = lo.copy(), hi.copy()
+    x_nan = np.isnan(x)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) >> 1
+        k = key_at(np.minimum(mid, int(hi.max()) - 1))  # a closed query's key is read, not used
+        if side == "left":  # key < x, NaN last
+            below = np.where(x_nan, ~np.isnan(k), k < x)
+        else:  # key <= x, NaN last
+            below = x_nan | (k <= x)
+        lo = np.where(open_ & below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+
+
+def _search_one(key_at: Callable[[np.ndarray], np.ndarray], lo: int, hi: int, x: float, side: str) -> int:
+    """`search_by` of one query: a bisection reading one key a step."""
+    x_nan = x != x
+    rows = np.zeros(1, dtype=np.int64)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        rows[0] = mid
+        k = float(key_at(rows)[0])
+        if side == "left":
+            below = (k == k) if x_nan else k < x
+        else:
+            below = x_nan or k <= x
+        if below:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 
 # Bump when what is stored, or how, changes: an older index is then simply not found.
 INDEX_VERSION = 2  # 2: event positions carry the CRC of the file as it lies, not of its text
+# The prepared state's own format: a state of another is dropped quietly and made again.
+# 2: the window index and the flow binding keep orders, not the sorted starts and times
+PREPARED_VERSION = 2
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
 POSITION_COLUMNS = ("starts", "lengths")
@@ -340,6 +343,11 @@ class IndexStore:
             return None
         try:
             manifest = _read_json(manifest_path, 16 << 20)
+            if manifest.get("prepared") != PREPARED_VERSION:
+                log.info("tb_reduce: the prepared state kept in %s is of another format; plans prepare it again",
+                         os.path.basename(folder))
+                self._drop_prepared(folder)
+                return None
             gen, files = int(manifest["gen"]), manifest["files"]
             unchanged = _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None,
                                      stamps)
@@ -393,7 +401,7 @@ class IndexStore:
         gen = 0
         try:
             old = _read_json(manifest_path, 16 << 20)
-            if set(spec) <= set(old["spec"]):
+            if old.get("prepared") == PREPARED_VERSION and set(spec) <= set(old["spec"]):
                 return False
             gen = int(old["gen"]) + 1
         except (Damaged, OSError, ValueError, KeyError, TypeError):
@@ -402,7 +410,7 @@ class IndexStore:
         faults = mapped.faults()
         try:
             for name, a in arrays.items():
-                files[f"p{gen}_{name}.npy"] = _write_array(folder, f"p{gen}_{name}.npy", a)
+                files[f"p{gen}_{name}.npy"] = _write_narrowed(folder, f"p{gen}_{name}.npy", a)
             # State made into a scratch folder is read from its files here: one cut meanwhile
             # (read as zeros by the guard) must not be kept as if it were the state.
             cut = mapped.shrunk(arrays.values())
@@ -410,7 +418,8 @@ class IndexStore:
                 raise OSError(f"{cut or 'a file it is read from'} was cut while it was written")
             tmp = os.path.join(folder, f"{_PREPARED}.{os.getpid()}-{threading.get_ident()}.tmp")
             with open(tmp, "w") as f:
-                json.dump({"version": INDEX_VERSION, "gen": gen, "spec": spec, "files": files}, f)
+                json.dump({"version": INDEX_VERSION, "prepared": PREPARED_VERSION, "gen": gen, "spec": spec,
+                           "files": files}, f)
             os.rename(tmp, manifest_path)
         except OSError as exc:
             for name in files:
@@ -915,6 +924,33 @@ def _write_array(folder: str, name: str, a: np.ndarray) -> list[int]:
     return [out.size, out.crc]
 
 
+NARROW_CHUNK = 1 << 20  # values converted at a time when an array is written narrowed
+
+
+def _write_narrowed(folder: str, name: str, a: np.ndarray) -> list[int]:
+    """`_write_array`, an int64 array whose values all fit int32 written as int32.
+
+    Why: the prepared state's orders, row numbers and counts are int64 as numpy makes
+    them, but a table holds fewer than 2^31 rows: written at 8 B a value they were a third
+    of the index on disk (~15 B an event of a Kineto trace). They come back as int32,
+    which every use takes as it takes int64 (indexes, searches, comparisons; no arithmetic
+    reaches past the rows). A chunk at a time: a mapped array is never copied whole."""
+    n = len(a)
+    if a.dtype != np.int64 or a.ndim != 1:
+        return _write_array(folder, name, a)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    for c in range(0, n, NARROW_CHUNK):
+        part = np.asarray(a[c:c + NARROW_CHUNK])
+        if int(part.min()) < lo or int(part.max()) > hi:
+            return _write_array(folder, name, a)
+    with open(os.path.join(folder, name), "wb") as f:
+        out = _Checksummed(f)
+        out.write(mapped.npy_header(np.int32, n))
+        for c in range(0, n, NARROW_CHUNK):
+            out.write(np.asarray(a[c:c + NARROW_CHUNK]).astype(np.int32))
+    return [out.size, out.crc]
+
+
 def _column(folder: str, column: str, files: dict) -> np.ndarray:
     name = f"{column}.npy"
     if name not in files:
@@ -949,13 +985,12 @@ def _check_prepared(p: Prepared, events: int, table: Optional[EventTable] = None
     wi = p.window_index
     if wi is not None:
         slices = len(sl.start) if sl is not None else -1
-        if (len(wi.point_ts) != len(wi.points) or len(wi.tier_start) != len(wi.tier_order)
-                or len(wi.tier_order) != slices or len(wi.tier_rows) != TIERS + 1 or len(wi.tier_extent) != TIERS
+        if (len(wi.tier_order) != slices or len(wi.tier_rows) != TIERS + 1 or len(wi.tier_extent) != TIERS
                 or int(wi.tier_rows[0]) != 0 or int(wi.tier_rows[-1]) != slices or np.any(np.diff(wi.tier_rows) < 0)
                 or not isinstance(wi.counters_sorted, bool)):
             raise Damaged("the kept window index does not fit the slices")
         flows = len(wi.flow_event)
-        if (len(wi.flow_ts) != flows or len(wi.flow_row) != flows or len(wi.flow_tracks) != len(wi.flow_reach) + 1
+        if (len(wi.flow_row) != flows or len(wi.flow_tracks) != len(wi.flow_reach) + 1
                 or int(wi.flow_tracks[0]) != 0 or int(wi.flow_tracks[-1]) != flows
                 or np.any(np.diff(wi.flow_tracks) < 0) or int(wi.flow_size.sum()) != flows
                 or (table is not None and (len(wi.flow_reach) != max(len(table.tracks), 1)

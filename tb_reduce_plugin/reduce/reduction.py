@@ -28,7 +28,7 @@ import numpy as np
 from .. import slices as slices_module
 from ..errors import TraceError
 from ..index.prepared import prepared_of
-from ..mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly
+from ..mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly, unlink_scratch
 from ..model import (
     FLOW_PHASES,
     INSTANT_PHASES,
@@ -264,7 +264,7 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     check_window(t0, t1)
     if start_us is not None or end_us is not None:  # a window: its rows found by search, not a pass
         wi = window_index(t)
-        if wi is not None and wi.rows_within(t0, t1) <= WINDOW_PATH_SHARE * len(t):
+        if wi is not None and wi.rows_within(t, slices_of(t), t0, t1) <= WINDOW_PATH_SHARE * len(t):
             return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep)
     sl = slices_of(t)
     st = _static(t, sl)
@@ -409,7 +409,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     the window other than slices, and the slices overlapping it. Each rule is the whole
     table's, on those rows; what it keeps is the same, event for event (the tests compare)."""
     sl = slices_of(t)
-    pts = wi.points_within(t0, t1)  # in_window, less the slices' own events
+    pts = wi.points_within(t, t0, t1)  # in_window, less the slices' own events
     ov = wi.slices_overlapping(sl, t0, t1)
     overlaps = np.zeros(len(sl), dtype=bool)
     overlaps[ov] = True
@@ -930,7 +930,8 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
         return fb.fidx[:0]
     ok_sorted = np.zeros(n, dtype=bool)
     for seg in fb.segments:
-        kept = kept_slice[np.asarray(fb.order[seg.a:seg.b])]
+        rows = np.asarray(fb.order[seg.a:seg.b])
+        kept = kept_slice[rows]
         n_kept = int(np.count_nonzero(kept))
         if 2 * n_kept > len(kept):  # "how many kept before row r": a running count when dense (4 B a slice)
             count = np.zeros(len(kept) + 1, dtype=np.int32 if len(kept) < 2**31 else np.int64)
@@ -940,15 +941,15 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
             kept_before = functools.partial(np.searchsorted, np.flatnonzero(kept), side="left")
         k_starts = k_run_end = None
         if n_kept and seg.between.any():
-            k_starts = np.asarray(fb.sstart[seg.a:seg.b])[kept]
-            k_run_end = np.maximum.accumulate(np.asarray(fb.send[seg.a:seg.b])[kept])
+            k_starts = np.asarray(sl.start[rows[kept]])
+            k_run_end = np.maximum.accumulate(np.asarray(sl.end[rows[kept]]))
         for c0 in range(0, seg.hi_f - seg.lo_f, CHUNK_EVENTS):
             c = slice(c0, c0 + CHUNK_EVENTS)
             ok = seg.direct[c] & kept[seg.pc[c]]
             between = np.asarray(seg.between[c])
             if between.any():
                 if k_starts is not None:
-                    ts, tol = seg.ts[c][between], seg.tol[c][between]
+                    ts, tol = _segment_times(t, fb, seg, np.arange(c0, c0 + len(ok))[between])
                     q = np.searchsorted(k_starts, ts + tol, "right") - 1
                     ok[between] = (q >= 0) & (k_run_end[np.maximum(q, 0)] >= ts - tol)
                 else:
@@ -995,9 +996,8 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
             continue
         starts, ends = k_start[h0:h1], k_end[h0:h1]
         tol = 2e-6 + 4e-15 * max(abs(float(starts[0])), float(np.abs(ends).max()))  # above `_landing`'s own
-        ts = wi.flow_ts[r0:r1]
-        a = np.searchsorted(ts, starts - float(wi.flow_reach[tr]) - tol, "left")  # ascending, as the starts
-        b = np.maximum.accumulate(np.searchsorted(ts, ends + tol, "right"))
+        a = wi.flow_rows(t, tr, starts - float(wi.flow_reach[tr]) - tol, "left")  # ascending, as the starts
+        b = np.maximum.accumulate(wi.flow_rows(t, tr, ends + tol, "right"))
         new = np.r_[True, a[1:] > b[:-1]]  # runs of rows that overlap merged into one
         lo, hi = a[new], b[np.r_[np.flatnonzero(new)[1:] - 1, len(a) - 1]]
         if int((hi - lo).sum()):
@@ -1028,7 +1028,8 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         a, b = np.searchsorted(k_track, int(t.track[ev[at[0]]]), "left"), \
             np.searchsorted(k_track, int(t.track[ev[at[0]]]), "right")
         starts, run_end = k_start[a:b], np.maximum.accumulate(k_end[a:b]) if b > a else k_end[a:b]
-        pc, ts, tl = np.asarray(seg.pc[r]), np.asarray(seg.ts[r]), np.asarray(seg.tol[r])
+        pc = np.asarray(seg.pc[r])
+        ts, tl = _segment_times(t, fb, seg, r)
         direct = np.asarray(seg.direct[r]) & kept_slice[np.asarray(fb.order[seg.a + pc])]
         q = np.searchsorted(starts, ts + tl, "right") - 1
         between = np.asarray(seg.between[r]) & (q >= 0)
@@ -1037,8 +1038,8 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         lo_n, hi_n = np.asarray(seg.lo_next[r]), np.asarray(seg.hi_next[r])
         nxt = hi_n > lo_n
         if nxt.any() and len(starts):
-            s_lo = np.asarray(fb.sstart[seg.a + np.where(nxt, lo_n, 0)])
-            s_hi = np.asarray(fb.sstart[seg.a + np.where(nxt, hi_n - 1, 0)])
+            s_lo = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(nxt, lo_n, 0)])])
+            s_hi = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(nxt, hi_n - 1, 0)])])
             nxt &= np.searchsorted(starts, s_lo, "left") < np.searchsorted(starts, s_hi, "right")
         else:
             nxt[:] = False
@@ -1062,17 +1063,17 @@ class _FlowSegment:
     lo_next: np.ndarray  # next-slice binding: candidates lo_next:hi_next
     hi_next: np.ndarray
     enclosing: np.ndarray  # binds to an enclosing slice (else to the next one)
-    ts: np.ndarray
-    tol: np.ndarray
 
 
 @dataclass
 class _FlowBinding:
+    """The flow events (`fidx`), them by (track, time) (`forder`), the slices by (track,
+    start, -end) (`order`: their starts and ends are `sl.start[order]`, read so, not kept
+    a second time) and each track's `_FlowSegment`."""
+
     fidx: np.ndarray
     forder: np.ndarray
     order: np.ndarray
-    sstart: np.ndarray
-    send: np.ndarray
     segments: list
 
 
@@ -1120,12 +1121,13 @@ def _flow_binding(t: EventTable, sl: SliceTable) -> _FlowBinding:
         segments.append(_FlowSegment(lo_f, hi_f, a, b, **{k: v[at:at + n] if isinstance(v, np.memmap)
                                                          else v[at:at + n].copy() for k, v in cat.items()}))
         at += n
-    fb = prep.flow_binding = _FlowBinding(fidx, forder, order, sstart, send, segments)  # level- and window-independent
+    unlink_scratch(sstart, send)  # read through `order` from now on
+    fb = prep.flow_binding = _FlowBinding(fidx, forder, order, segments)  # level- and window-independent
     return fb
 
 
 _SEGMENT_DTYPES = {"pc": np.int64, "direct": np.bool_, "between": np.bool_, "lo_next": np.int64,
-                   "hi_next": np.int64, "enclosing": np.bool_, "ts": np.float64, "tol": np.float64}
+                   "hi_next": np.int64, "enclosing": np.bool_}
 
 
 def _flow_events(t: EventTable, folder: Optional[str]) -> np.ndarray:
@@ -1214,8 +1216,7 @@ def _landing(t: EventTable, fs: np.ndarray, starts: np.ndarray, ends: np.ndarray
     """For flow events `fs` of one track, where each lands among that track's slices
     (`starts`/`ends` in binding order): the fields of `_FlowSegment`."""
     ts = t.ts[fs]
-    # Within float noise: a flow written at its slice's start may differ by an ulp.
-    tol = 1e-6 + np.abs(ts) * 2e-15
+    tol = _flow_tolerance(ts)
     p = np.searchsorted(starts, ts + tol, "right") - 1
     pc = np.maximum(p, 0)
     direct = (p >= 0) & (ends[pc] >= ts - tol)
@@ -1227,4 +1228,18 @@ def _landing(t: EventTable, fs: np.ndarray, starts: np.ndarray, ends: np.ndarray
     hi_next = np.searchsorted(starts, starts[np.minimum(exact, len(starts) - 1)], "right")
     hi_next = np.where(exact < len(starts), hi_next, len(starts))
     return {"pc": pc, "direct": direct, "between": between, "lo_next": lo_next, "hi_next": hi_next,
-            "enclosing": t.bind_enclosing[fs], "ts": ts, "tol": tol}
+            "enclosing": t.bind_enclosing[fs]}
+
+
+def _flow_tolerance(ts: np.ndarray) -> np.ndarray:
+    """Within float noise: a flow written at its slice's start may differ by an ulp."""
+    return 1e-6 + np.abs(ts) * 2e-15
+
+
+def _segment_times(t: EventTable, fb: _FlowBinding, seg: _FlowSegment, rows: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The times of a segment's flow events `rows` (counted from its first) and their
+    tolerance, as `_landing` met them: read through the binding's orders, not kept (a
+    copy of `ts` and a value derived from it, 16 B a flow event on disk)."""
+    ts = np.asarray(t.ts[np.asarray(fb.fidx[np.asarray(fb.forder[seg.lo_f + np.asarray(rows, dtype=np.int64)])])])
+    return ts, _flow_tolerance(ts)

@@ -9,10 +9,10 @@ index, made once per table (by a server in the background after the table's firs
 (`index/prepared_io.py`), holds:
 
 * the timed events other than slices (instants, counters, flows, metadata, the rest) in
-  (time, event) order, with their times: those in [t0, t1] are one run of it;
+  (time, event) order: those in [t0, t1] are one run of it;
 * the slices in tiers by duration (one per binary exponent: a tier's slices are at most
-  twice as long as its shortest), each tier by (start, slice), with their starts and the
-  tier's longest extent: the slices of a tier that overlap [t0, t1] start within
+  twice as long as its shortest), each tier by (start, slice), with the tier's longest
+  extent: the slices of a tier that overlap [t0, t1] start within
   [t0 - extent, t1], one run of it. A long slice is in a tier of few; a tier of many
   short ones reaches back little. What a window costs follows the events in it and those
   that reach into it, not the trace (XProf keeps 13 zoom levels for the same reason;
@@ -24,6 +24,10 @@ index, made once per table (by a server in the background after the table's firs
   to a kept slice of its own track, and kept slices overlap the window: so each of its
   events lies within a kept slice of its track (less that reach), and only the flows
   there are looked at.
+
+It keeps orders, not the sorted keys beside them (a copy of the table's `ts` and of the
+slices' starts, 10 B an event on disk): a search reads the keys through the order
+(`sorting.search_by`), ~log2(n) of them.
 
 The plans made from it are those of the whole-table path exactly (tests/reduce/
 test_window_plans.py compares both): it only finds the same rows a faster way.
@@ -40,7 +44,7 @@ from ..index.prepared import prepared_of
 from ..mapped import Appended, scratch_array, spill
 from ..model import PH_B, PH_E, PH_X, EventTable, ph_in
 from ..slices import SliceTable
-from ..sorting import order_by, sample_bytes
+from ..sorting import order_by, sample_bytes, search_by
 
 CHUNK_ROWS = 1 << 19
 # Tiers by binary exponent of the duration (`np.frexp`): 0 for slices of no length, then
@@ -61,59 +65,88 @@ class WindowIndex:
     """The rows of a table a window's plan looks up (see the module's docstring)."""
 
     points: np.ndarray  # timed events other than X/B/E, by (ts, event)
-    point_ts: np.ndarray  # their times, in that order
     tier_order: np.ndarray  # slices by (tier, start, slice)
-    tier_start: np.ndarray  # their starts, in that order
     tier_rows: np.ndarray  # tier k's rows of tier_order: tier_rows[k]:tier_rows[k + 1] (TIERS + 1)
     tier_extent: np.ndarray  # per tier, the longest end - start (and dur) of its slices
     always: np.ndarray  # the events every plan keeps (`reduction._Static.always`), ascending
     flow_size: np.ndarray  # per flow key, how many flow events bear it
     flow_row: np.ndarray  # per flow event (in event order), its row among the flows by track
     flow_reach: np.ndarray  # per track, how far before a slice a flow event binding to it as the next lies
-    flow_event: np.ndarray  # the flow events by (track, ts, event)...
-    flow_ts: np.ndarray  # ...their times (NaN as inf)...
+    flow_event: np.ndarray  # the flow events by (track, ts (NaN as inf), event)...
     flow_tracks: np.ndarray  # ...and each track's rows: flow_tracks[k]:flow_tracks[k + 1]
     counters_sorted: bool  # counter samples are in event order (their rows found by search)
 
-    def points_within(self, t0: float, t1: float) -> np.ndarray:
-        """The timed non-slice events with t0 <= ts <= t1, in event order."""
-        a = int(np.searchsorted(self.point_ts, t0, "left"))
-        b = int(np.searchsorted(self.point_ts, t1, "right"))
+    def points_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
+        """The timed non-slice events of `t` with t0 <= ts <= t1, in event order."""
+        a, b = self._point_run(t, t0, t1)
         return np.sort(np.asarray(self.points[a:max(a, b)]))
+
+    def _point_run(self, t: EventTable, t0: float, t1: float) -> tuple[int, int]:
+        ts, points = np.asarray(t.ts), np.asarray(self.points)  # plain views: no memmap per gather
+
+        def ts_at(rows: np.ndarray) -> np.ndarray:
+            return ts[points[rows]]
+
+        n = len(self.points)
+        return int(search_by(ts_at, 0, n, t0, "left")), int(search_by(ts_at, 0, n, t1, "right"))
+
+    def flow_rows(self, t: EventTable, track: int, x: np.ndarray, side: str) -> np.ndarray:
+        """`np.searchsorted` of `x` among the times (NaN as inf) of `track`'s flow events,
+        as rows of that track's run (0 .. its flows): the rows between the least and the
+        greatest query found by search, their times read, and every query searched there
+        (each one's answer lies between those two)."""
+        r0, r1 = int(self.flow_tracks[track]), int(self.flow_tracks[track + 1])
+        all_ts, events = np.asarray(t.ts), np.asarray(self.flow_event)
+
+        def ts_at(rows: np.ndarray) -> np.ndarray:
+            ts = all_ts[events[rows]]
+            return np.where(np.isnan(ts), np.inf, ts)
+
+        x = np.asarray(x, dtype=np.float64)
+        if not len(x) or np.isnan(x).any():
+            return search_by(ts_at, r0, r1, x, side) - r0
+        a = int(search_by(ts_at, r0, r1, float(x.min()), "left"))
+        b = int(search_by(ts_at, a, r1, float(x.max()), "right"))
+        return a - r0 + np.searchsorted(ts_at(np.arange(a, b)), x, side)
 
     def slices_overlapping(self, sl: SliceTable, t0: float, t1: float) -> np.ndarray:
         """The slices with start <= t1 and end >= t0, ascending: per tier, the run of those
         starting from t0 less the tier's extent (widened by float noise) up to t1, then
         the exact test."""
         parts = []
-        for a, b in self._tier_runs(t0, t1):
+        for a, b in self._tier_runs(sl, t0, t1):
             idx = np.asarray(self.tier_order[a:b])
             parts.append(idx[(sl.start[idx] <= t1) & (sl.end[idx] >= t0)])
         if not parts:
             return np.zeros(0, dtype=np.int64)
         return np.sort(np.concatenate(parts))
 
-    def rows_within(self, t0: float, t1: float) -> int:
+    def rows_within(self, t: EventTable, sl: SliceTable, t0: float, t1: float) -> int:
         """How many rows a window's plan reads through this index (its points and the
         candidate slices of `slices_overlapping`, before the exact test), found by searches
         alone: what planning the window this way costs."""
-        a = int(np.searchsorted(self.point_ts, t0, "left"))
-        b = int(np.searchsorted(self.point_ts, t1, "right"))
-        return max(b - a, 0) + sum(b - a for a, b in self._tier_runs(t0, t1))
+        a, b = self._point_run(t, t0, t1)
+        return max(b - a, 0) + sum(b - a for a, b in self._tier_runs(sl, t0, t1))
 
-    def _tier_runs(self, t0: float, t1: float) -> list[tuple[int, int]]:
-        """Per tier, the rows of `tier_order` whose slices may overlap [t0, t1]."""
-        runs = []
-        for k in np.flatnonzero(np.diff(self.tier_rows)).tolist():
-            lo, hi = int(self.tier_rows[k]), int(self.tier_rows[k + 1])
-            extent = float(self.tier_extent[k])
-            reach = t0 - extent - (abs(t0) + extent) * 1e-12 - 1e-9 if np.isfinite(extent) else -np.inf
-            starts = self.tier_start[lo:hi]
-            a = lo + int(np.searchsorted(starts, reach, "left"))
-            b = lo + int(np.searchsorted(starts, t1, "right"))
-            if b > a:
-                runs.append((a, b))
-        return runs
+    def _tier_runs(self, sl: SliceTable, t0: float, t1: float) -> list[tuple[int, int]]:
+        """Per tier, the rows of `tier_order` whose slices may overlap [t0, t1]: every
+        tier's two searches at once."""
+        rows = np.asarray(self.tier_rows)
+        k = np.flatnonzero(np.diff(rows))
+        if not len(k):
+            return []
+        extent = np.asarray(self.tier_extent)[k].astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            reach = np.where(np.isfinite(extent), t0 - extent - (abs(t0) + extent) * 1e-12 - 1e-9, -np.inf)
+
+        starts, order = np.asarray(sl.start), np.asarray(self.tier_order)
+
+        def start_at(r: np.ndarray) -> np.ndarray:
+            return starts[order[r]]
+
+        a = search_by(start_at, rows[k], rows[k + 1], reach, "left")
+        b = search_by(start_at, rows[k], rows[k + 1], t1, "right")
+        return [(x, y) for x, y in zip(a.tolist(), b.tolist()) if y > x]
 
 
 def window_index_bytes(t: EventTable) -> int:
@@ -150,7 +183,7 @@ def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray, bindin
         keep.append({"always": np.flatnonzero(np.asarray(always[a:a + CHUNK_ROWS])) + a})
     p = pts.finish()
     order = order_by(p["ts"], None, None, folder, CHUNK_ROWS, "the window index")
-    points, point_ts = _gathered(folder, order, {"points": p["idx"], "point_ts": p["ts"]})
+    (points,) = _gathered(folder, order, {"points": p["idx"]})
     del p
 
     s = len(sl)
@@ -167,18 +200,18 @@ def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray, bindin
     tier = tiers.finish()["tier"]
     order = order_by(sl.start, None, tier, folder, CHUNK_ROWS, "the window index")
     del tier
-    tier_order, tier_start = _gathered(folder, order, {"tier_order": None, "tier_start": sl.start})
+    (tier_order,) = _gathered(folder, order, {"tier_order": None})
     rows = np.zeros(TIERS + 1, dtype=np.int64)
     np.cumsum(counts, out=rows[1:])
 
     flow_size = _flow_sizes(t)
-    flow_row, flow_reach = _flow_rows(t, folder, binding)
-    flow_event, flow_ts, flow_tracks = _flows_by_track_time(t, folder, binding.fidx)
+    flow_row, flow_reach = _flow_rows(t, sl, folder, binding)
+    flow_event, flow_tracks = _flows_by_track_time(t, folder, binding.fidx)
     ce = t.counter_event
     ordered = all(bool(np.all(np.diff(np.asarray(ce[a:a + CHUNK_ROWS + 1])) >= 0))
                   for a in range(0, len(ce), CHUNK_ROWS))
-    return WindowIndex(points, point_ts, tier_order, tier_start, rows, extent, keep.finish()["always"],
-                       flow_size, flow_row, flow_reach, flow_event, flow_ts, flow_tracks, ordered)
+    return WindowIndex(points, tier_order, rows, extent, keep.finish()["always"],
+                       flow_size, flow_row, flow_reach, flow_event, flow_tracks, ordered)
 
 
 def _flow_sizes(t: EventTable) -> np.ndarray:
@@ -196,9 +229,9 @@ def _flow_sizes(t: EventTable) -> np.ndarray:
 
 
 def _flows_by_track_time(t: EventTable, folder: Optional[str], fidx: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The flow events by (track, time, event), their times (NaN as inf: last, never in a
-    finite span) and each track's rows."""
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The flow events by (track, time, event), times NaN as inf (last, never in a finite
+    span), and each track's rows."""
     tracks = max(len(t.tracks), 1)
     cols = Appended(folder, {"ts": np.float64, "track": np.int32}, "the window index")
     counts = np.zeros(tracks, dtype=np.int64)
@@ -209,13 +242,13 @@ def _flows_by_track_time(t: EventTable, folder: Optional[str], fidx: np.ndarray
         counts += np.bincount(track, minlength=tracks)[:tracks]
     c = cols.finish()
     order = order_by(c["ts"], None, c["track"], folder, CHUNK_ROWS, "the window index")
-    event, ts = _gathered(folder, order, {"flow_event": fidx, "flow_ts": c["ts"]})
+    (event,) = _gathered(folder, order, {"flow_event": fidx})
     rows = np.zeros(tracks + 1, dtype=np.int64)
     np.cumsum(counts, out=rows[1:])
-    return event, ts, rows
+    return event, rows
 
 
-def _flow_rows(t: EventTable, folder: Optional[str], fb: Any) -> tuple[np.ndarray, np.ndarray]:
+def _flow_rows(t: EventTable, sl: SliceTable, folder: Optional[str], fb: Any) -> tuple[np.ndarray, np.ndarray]:
     """Each flow event's row in the flow binding's track order (the inverse of `fb.forder`),
     and per track the longest distance from a flow event binding to the next slice to that
     slice's start (0 with none): from the binding's segments, a chunk at a time."""
@@ -232,9 +265,11 @@ def _flow_rows(t: EventTable, folder: Optional[str], fb: Any) -> tuple[np.ndarra
             lo, hi = np.asarray(seg.lo_next[c]), np.asarray(seg.hi_next[c])
             nxt = ~np.asarray(seg.enclosing[c]) & (hi > lo)
             if nxt.any():
-                bound = np.asarray(fb.sstart[seg.a + hi[nxt] - 1])  # the last start it may bind to
+                bound = sl.start[np.asarray(fb.order[seg.a + hi[nxt] - 1])]  # the last start it may bind to
+                rows = np.asarray(fb.forder[seg.lo_f + a:seg.lo_f + a + len(lo)])[nxt]
+                ts = np.asarray(t.ts[np.asarray(fb.fidx[rows])])  # those flow events' times
                 with np.errstate(invalid="ignore", over="ignore"):
-                    far = float(np.nanmax(np.append(bound - np.asarray(seg.ts[c])[nxt], 0.0)))
+                    far = float(np.nanmax(np.append(bound - ts, 0.0)))
                 reach[track] = max(reach[track], far)
     return kept, reach
 

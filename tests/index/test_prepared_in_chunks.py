@@ -68,12 +68,16 @@ def whole_default_window(t: EventTable) -> tuple[float, float]:
 
 def assert_same_binding(t: EventTable, name: str) -> None:
     got, want = reduction._flow_binding(t, slices_of(t)), whole_flow_binding(t)
-    for f in ("fidx", "forder", "order", "sstart", "send"):
+    for f in ("fidx", "forder", "order"):
         a, b = getattr(got, f), want[f]
         assert a.dtype == b.dtype and np.array_equal(a, b), (name, f)
     assert len(got.segments) == len(want["segments"]), name
     for seg, ref in zip(got.segments, want["segments"]):
+        ts, tol = reduction._segment_times(t, got, seg, np.arange(seg.hi_f - seg.lo_f))
+        assert np.array_equal(ts, ref["ts"], equal_nan=True) and np.array_equal(tol, ref["tol"], equal_nan=True)
         for k, v in ref.items():
+            if k in ("ts", "tol"):  # read through the orders, not kept: compared above
+                continue
             a = getattr(seg, k)
             if isinstance(v, np.ndarray):
                 assert a.dtype == v.dtype and np.array_equal(a, v), (name, k)
@@ -171,7 +175,7 @@ def test_a_binding_made_into_a_scratch_folder_is_mapped_and_holds_a_chunk_while_
     fb = reduction._flow_binding(t, slices_of(t))
     chunked = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert all(isinstance(a, np.memmap) for a in (fb.fidx, fb.forder, fb.order, fb.sstart, fb.send))
+    assert all(isinstance(a, np.memmap) for a in (fb.fidx, fb.forder, fb.order))
     assert isinstance(fb.segments[0].pc.base, np.memmap)
     assert chunked < whole / 3, (chunked, whole)
 

@@ -89,15 +89,15 @@ def test_the_window_index_made_in_chunks_finds_what_one_pass_finds(oracle_tables
         monkeypatch.setattr(window_index, "CHUNK_ROWS", chunk)
         chunked = window_index.build_window_index(t, sl, always, binding)
         monkeypatch.undo()
-        for f in ("points", "point_ts", "tier_order", "tier_start", "tier_rows", "tier_extent", "always", "flow_size",
-                  "flow_row", "flow_reach", "flow_event", "flow_ts", "flow_tracks"):
+        for f in ("points", "tier_order", "tier_rows", "tier_extent", "always", "flow_size",
+                  "flow_row", "flow_reach", "flow_event", "flow_tracks"):
             assert np.array_equal(np.asarray(getattr(whole, f)), np.asarray(getattr(chunked, f))), (name, f)
         assert whole.counters_sorted == chunked.counters_sorted
         assert np.array_equal(np.asarray(binding.forder)[np.asarray(whole.flow_row)], np.arange(len(binding.fidx)))
         ph = np.asarray(t.ph)
         expect = np.flatnonzero(~np.isnan(np.asarray(t.ts)) & ~np.isin(ph, [ord("X"), ord("B"), ord("E")]))
         assert np.array_equal(np.sort(np.asarray(whole.points)), expect), name
-        assert np.all(np.diff(np.asarray(whole.point_ts)) >= 0)
+        assert np.all(np.diff(np.asarray(t.ts)[np.asarray(whole.points)]) >= 0)
 
 
 def test_a_slice_reaching_far_into_a_window_from_before_it_is_found_in_its_tier() -> None:
@@ -369,7 +369,8 @@ def test_a_window_holding_more_than_a_share_of_the_rows_is_planned_by_the_whole_
     wi = t.prepared.window_index
     d0, d1 = default_window(t)
     narrow, wide = (d0 + 0.5 * (d1 - d0), d0 + 0.5001 * (d1 - d0)), (d0 + 0.05 * (d1 - d0), d0 + 0.95 * (d1 - d0))
-    assert wi.rows_within(*narrow) <= 0.125 * len(t) < wi.rows_within(*wide), name
+    sl = slices_of(t)
+    assert wi.rows_within(t, sl, *narrow) <= 0.125 * len(t) < wi.rows_within(t, sl, *wide), name
     used = []
     real = reduction._plan_window
     monkeypatch.setattr(reduction, "_plan_window", lambda *a, **k: used.append(a[3:5]) or real(*a, **k))
@@ -378,5 +379,4 @@ def test_a_window_holding_more_than_a_share_of_the_rows_is_planned_by_the_whole_
             _same(plan_within(t, level, *window), _whole(t, level, *window), f"{name} {window} level {level}")
     assert used == [narrow, narrow]
     # the count bounds what the index path reads: the rows it finds are among those counted
-    sl = slices_of(t)
-    assert len(wi.points_within(*wide)) + len(wi.slices_overlapping(sl, *wide)) <= wi.rows_within(*wide)
+    assert len(wi.points_within(t, *wide)) + len(wi.slices_overlapping(sl, *wide)) <= wi.rows_within(t, sl, *wide)
