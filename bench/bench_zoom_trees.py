@@ -11,11 +11,15 @@ ratios; the bodies of the two trees are compared (a change of speed, never of ou
 
     python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt -n 3
     python3 bench/bench_zoom_trees.py /tmp/g16.pt.trace.json.gz --baseline /work/wt --widths 0.1 0.01
+    python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --drop-caches   # cold: root only
+
+It also prints each tree's index folder in bytes an event, by kind of file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -34,8 +38,10 @@ from tb_reduce_plugin.reduce.reduction import default_window
 logs, cache, host, at, width = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 s = TraceService(logs, cache_dir=cache)
 if width == 0:
-    t = time.perf_counter(); s.reduction("run", host, 2, None, None); view = time.perf_counter() - t
-    s.wait_saved(); print(json.dumps({"view": view, "saved": time.perf_counter() - t - view})); sys.exit(0)
+    t = time.perf_counter(); r = s.reduction("run", host, 2, None, None); view = time.perf_counter() - t
+    s.wait_saved()
+    print(json.dumps({"view": view, "saved": time.perf_counter() - t - view, "events": r.stats["input"]["events"]}))
+    sys.exit(0)
 lo, hi = s.on_index(s.trace_file("run", host), lambda i: default_window(i.table))
 w = (lo + at * (hi - lo), lo + (at + width) * (hi - lo))
 t = time.perf_counter(); r = s.reduction("run", host, 2, *w); took = time.perf_counter() - t
@@ -53,6 +59,7 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, required=True, help="another tree (a git worktree) to compare with")
     ap.add_argument("-n", type=int, default=3, help="windows per width (medians)")
     ap.add_argument("--widths", type=float, nargs="+", default=[0.1, 0.01, 0.001], help="shares of the trace")
+    ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before each window (root)")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
@@ -72,6 +79,10 @@ def main() -> int:
                 for name, tree in trees.items():
                     copy = work / "restarted"
                     subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
+                    if args.drop_caches:
+                        os.sync()
+                        with open("/proc/sys/vm/drop_caches", "w") as f:
+                            f.write("3\n")
                     try:
                         r = run_in(tree, CHILD, logs, copy, host, at, width)
                     finally:
@@ -81,10 +92,12 @@ def main() -> int:
                 assert len(digests) == 1, f"the trees wrote different windows at {width} / {at}"
             rows.append((width, got))
         med = statistics.median
-        sizes = {name: sum(f.stat().st_size for f in (work / f"cache-{name}" / "index").rglob("*") if f.is_file())
-                 for name in trees}
-        print(f"trace {args.trace.name}: {args.trace.stat().st_size / 1e6:,.0f} MB; medians of {args.n}; "
-              f"index folders {sizes['baseline'] / 1e9:.2f} / {sizes['this tree'] / 1e9:.2f} GB")
+        events = filled["this tree"]["events"]
+        print(f"trace {args.trace.name}: {args.trace.stat().st_size / 1e6:,.0f} MB, {events:,} events; "
+              f"medians of {args.n}{'; page cache dropped before each window' if args.drop_caches else ''}")
+        print("index folder, B an event: baseline / this tree")
+        for kind, (b, t) in _disk(work, trees).items():
+            print(f"  {kind:28s} {b / events:6.1f} / {t / events:6.1f}")
         print("window     request: baseline / this tree        plan            write")
         for width, got in rows:
             b, t = got["baseline"], got["this tree"]
@@ -95,6 +108,23 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _disk(work: Path, trees: dict) -> dict[str, tuple[int, int]]:
+    """Each tree's index folder in bytes, by kind of file: the prepared state (`p*_a*.npy`),
+    the kept text (`blocks*`), the columns and the rest; and in all."""
+    def kind(name: str) -> str:
+        if name.startswith("p") and "_a" in name:
+            return "prepared state"
+        return "kept text" if name.startswith("blocks") else "columns and the rest"
+
+    out: dict[str, list[int]] = {}
+    for i, name in enumerate(trees):
+        for f in (work / f"cache-{name}" / "index").rglob("*"):
+            if f.is_file():
+                for k in (kind(f.name), "in all"):
+                    out.setdefault(k, [0] * len(trees))[i] += f.stat().st_size
+    return {k: tuple(v) for k, v in out.items()}
 
 
 if __name__ == "__main__":
