@@ -425,6 +425,9 @@ def test_a_summary_over_work_that_thins_out_is_shaded_darker_where_it_is_busier(
     the busy half than over the sparse one, and the tooltip and details say how busy it is."""
     page.goto(server.plugin_url(f"view?{urlencode({'run': SHAPE_RUN, 'host': HOST, 'level': '4'})}"))
     wait_loaded(page)
+    # The waveform panel and the tags are asked as the view lands: the page's layout settles
+    # once they are in (a hover placed before that could miss the row on a loaded machine).
+    page.wait_for_load_state("networkidle")
     page.evaluate(HELPERS)
     row = page.evaluate("""() => {
       const {tl, common: C} = T, m = tl.model, s = m.slices;
