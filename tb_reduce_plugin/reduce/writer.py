@@ -226,9 +226,9 @@ def write_trace(
     policy = args_policy(plan.level) if args is None else args
     if not isinstance(policy, ArgsPolicy):
         raise TypeError(f"args must be an ArgsPolicy, not {policy!r}")
+    native = scanner_module()  # once per write, not per event (`_may_need_cut`)
     for raws in source.events(plan.keep, policy, progress):
         # `transform` gives every event back unchanged under KEEP: 2 M calls saved at level 0.
-        native = scanner_module()
         parts = raws if policy is ArgsPolicy.KEEP else [transform(raw, policy, native) for raw in raws]
         # Events are copied from the input as they are: checked at C speed per chunk,
         # and invalid UTF-8 replaced as everywhere else (`model.clean_json_text`).
