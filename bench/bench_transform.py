@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Level 2's args policy (`writer.transform`, TRIM) over real events, the native scanner
-looked up per event (as a single call does) against once per batch (as `write` does).
+"""Level 2's args policy (TRIM) over real events, three ways: `writer.transform` per event
+with the native scanner looked up per event (as a single call does), per event with it
+looked up once per batch, and `writer.transform_all` (what `write` calls: the batch checked
+in one native call, only the events it names transformed one by one).
 
 Each window's write transforms every kept event; the lookup reads the environment
 (`native.scanner_module`, so a test can switch the extension off). Medians of 7 and
-the ratio, in one process:
+the ratios, in one process:
 
     python3 bench/bench_transform.py [TRACE]   # default: the committed H200 torch trace
 """
@@ -23,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from tb_reduce_plugin.native import scanner_module  # noqa: E402
 from tb_reduce_plugin.reduce.levels import ArgsPolicy  # noqa: E402
-from tb_reduce_plugin.reduce.writer import transform  # noqa: E402
+from tb_reduce_plugin.reduce.writer import transform, transform_all  # noqa: E402
 
 
 def median_s(fn) -> float:
@@ -43,8 +45,11 @@ def main() -> int:
     native = scanner_module()
     each = median_s(lambda: [transform(r, ArgsPolicy.TRIM) for r in raws])
     once = median_s(lambda: [transform(r, ArgsPolicy.TRIM, native) for r in raws])
+    batch = median_s(lambda: transform_all(raws, ArgsPolicy.TRIM, native))
+    assert transform_all(raws, ArgsPolicy.TRIM, native) == [transform(r, ArgsPolicy.TRIM, native) for r in raws]
     print(f"{path.name}: {len(raws):,} events with args, native {'on' if native else 'off'}")
     print(f"looked up per event {each * 1e3:.1f} ms, once per batch {once * 1e3:.1f} ms: x{each / once:.2f}")
+    print(f"checked per event {once * 1e3:.1f} ms, the batch at once {batch * 1e3:.1f} ms: x{once / batch:.2f}")
     return 0
 
 

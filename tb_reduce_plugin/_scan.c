@@ -1940,12 +1940,10 @@ PyDoc_STRVAR(args_may_need_cut_doc,
 "level 2 then writes the event unchanged without decoding it. True otherwise (the\n"
 "caller decodes it and decides).");
 
-static PyObject *args_may_need_cut(PyObject *mod, PyObject *args) {
-    (void)mod;
-    Py_buffer raw;
-    Py_ssize_t slim, llim;
-    if (!PyArg_ParseTuple(args, "y*nn", &raw, &slim, &llim)) return NULL;
-    Cursor c = {raw.buf, (const uint8_t *)raw.buf + raw.len};
+/* The check of `args_may_need_cut` on `len` bytes at `buf`: 1 (may need a cut, or not the
+ * plain case: Python decides) or 0. */
+static int may_need_cut(const uint8_t *buf, Py_ssize_t len, Py_ssize_t slim, Py_ssize_t llim) {
+    Cursor c = {buf, buf + len};
     int may = 1, seen = 0;
     skip_ws(&c);
     if (c.p < c.end && *c.p == '{') {
@@ -1974,8 +1972,47 @@ static PyObject *args_may_need_cut(PyObject *mod, PyObject *args) {
             may = c.p != c.end;
         }
     }
+    return may;
+}
+
+static PyObject *args_may_need_cut(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer raw;
+    Py_ssize_t slim, llim;
+    if (!PyArg_ParseTuple(args, "y*nn", &raw, &slim, &llim)) return NULL;
+    int may = may_need_cut(raw.buf, raw.len, slim, llim);
     PyBuffer_Release(&raw);
     return PyBool_FromLong(may);
+}
+
+PyDoc_STRVAR(events_may_need_cut_doc,
+"events_may_need_cut(events, string_limit, list_limit) -> list[int]\n\n"
+"The positions in the list `events` of those for which `args_may_need_cut` is true, in\n"
+"order: level 2's check of a window's kept events in one call, not one call each (a\n"
+"Python call per event was most of the check). An item that is not `bytes` is listed\n"
+"(the caller decides).");
+
+static PyObject *events_may_need_cut(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *events;
+    Py_ssize_t slim, llim;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &events, &slim, &llim)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {  /* the size is read each turn: nothing here runs Python */
+        PyObject *ev = PyList_GET_ITEM(events, i);
+        int may = !PyBytes_Check(ev) ||
+                  may_need_cut((const uint8_t *)PyBytes_AS_STRING(ev), PyBytes_GET_SIZE(ev), slim, llim);
+        if (!may) continue;
+        PyObject *at = PyLong_FromSsize_t(i);
+        if (!at || PyList_Append(out, at) < 0) {
+            Py_XDECREF(at);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(at);
+    }
+    return out;
 }
 
 static PyMethodDef module_methods[] = {
@@ -1985,6 +2022,7 @@ static PyMethodDef module_methods[] = {
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"args_may_need_cut", args_may_need_cut, METH_VARARGS, args_may_need_cut_doc},
+    {"events_may_need_cut", events_may_need_cut, METH_VARARGS, events_may_need_cut_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {NULL, NULL, 0, NULL},
 };

@@ -235,9 +235,16 @@ def test_mutated_real_events_are_left_to_python_or_have_nothing_to_cut_at_level_
     assert len(events) > 100
     deadline = time.monotonic() + BUDGET_S * 0.1
     cases = 0
+    batch: list[bytes] = []  # the same check made over a list at once (`events_may_need_cut`)
     while time.monotonic() < deadline:
         raw = _mutate(rng, rng.choice(events))
-        if not module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT):
+        may = module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT)
+        batch.append(raw)
+        if len(batch) == 500:
+            expected = [i for i, b in enumerate(batch) if module.args_may_need_cut(b, STRING_LIMIT, LIST_LIMIT)]
+            assert module.events_may_need_cut(batch, STRING_LIMIT, LIST_LIMIT) == expected, f"seed {seed}"
+            batch = []
+        if not may:
             try:  # the stdlib reads what msgspec reads, and numbers past a float's range too (as inf)
                 ev = json.loads(raw)
             except ValueError:

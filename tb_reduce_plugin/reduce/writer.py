@@ -135,6 +135,21 @@ def transform(raw: bytes, args: ArgsPolicy, native: Any = _ASK) -> bytes:
     return dumps(ev)
 
 
+def transform_all(raws: list[bytes], args: ArgsPolicy, native: Any) -> list[bytes]:
+    """`transform` of each event of a batch. Under TRIM with the native scanner, the batch is
+    checked in one call (`_scan.events_may_need_cut`) and only the events it names go
+    through `transform`: the rest are written as they are, as `transform` would write them
+    (a warm zoom of 6,800 events spent ~9 ms on a Python call per event to find ~30 to cut)."""
+    if args is ArgsPolicy.KEEP:
+        return raws
+    if args is ArgsPolicy.TRIM and native is not None:
+        out = list(raws)
+        for i in native.events_may_need_cut(out, STRING_LIMIT, LIST_LIMIT):
+            out[i] = transform(out[i], args, native)
+        return out
+    return [transform(raw, args, native) for raw in raws]
+
+
 def summary_events(plan: Plan, tracks: list, names: list) -> list[bytes]:
     """The summary slices as JSON, by string formatting: a zoomed window can hold
     tens of thousands, and names and tracks repeat, so their JSON is made once.
@@ -228,8 +243,7 @@ def write_trace(
         raise TypeError(f"args must be an ArgsPolicy, not {policy!r}")
     native = scanner_module()  # once per write, not per event (`_may_need_cut`)
     for raws in source.events(plan.keep, policy, progress):
-        # `transform` gives every event back unchanged under KEEP: 2 M calls saved at level 0.
-        parts = raws if policy is ArgsPolicy.KEEP else [transform(raw, policy, native) for raw in raws]
+        parts = transform_all(raws, policy, native)  # as they are under KEEP: 2 M calls saved at level 0
         # Events are copied from the input as they are: checked at C speed per chunk,
         # and invalid UTF-8 replaced as everywhere else (`model.clean_json_text`).
         sink.write(sep + valid_utf8(b",\n".join(parts)))

@@ -9,7 +9,7 @@ import pytest
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.reduce.levels import ArgsPolicy, args_policy
-from tb_reduce_plugin.reduce.writer import LIST_LIMIT, STRING_LIMIT, cut_value, transform
+from tb_reduce_plugin.reduce.writer import LIST_LIMIT, STRING_LIMIT, cut_value, transform, transform_all
 from tests.table_equality import native
 
 
@@ -121,3 +121,36 @@ def test_the_native_check_leaves_damaged_or_unusual_events_to_python() -> None:
             ev = json.loads(bytes(raw))  # (msgspec refuses a number past a float's range; the check need not)
             assert isinstance(ev, dict)
             assert not (isinstance(ev.get("args"), (dict, list)) and cut_value(ev["args"])[1])
+
+
+@pytest.mark.skipif(not native_module.available(), reason="the native scanner is not built here")
+def test_a_batch_checked_at_once_names_the_events_checked_one_by_one_would_name() -> None:
+    """`events_may_need_cut` over a list lists the positions `args_may_need_cut` is true for,
+    in order; an item that is not bytes is listed (Python decides); only a list is taken."""
+    module = native_module._module
+    rng = random.Random(13)
+    batch: list = [json.dumps({"ph": "X", "args": _odd_args(rng)}, ensure_ascii=bool(i % 2)).encode() for i in range(2000)]
+    batch += [b"", b"[1]", b'{"args":{},"args":{}}', bytearray(b'{"ph":"X"}'), "text", None, b'{"ph":"X"}']
+    expected = [i for i, raw in enumerate(batch) if not isinstance(raw, bytes)
+                or module.args_may_need_cut(raw, STRING_LIMIT, LIST_LIMIT)]
+    assert module.events_may_need_cut(batch, STRING_LIMIT, LIST_LIMIT) == expected
+    assert 0 < len(expected) < len(batch)
+    assert module.events_may_need_cut([], STRING_LIMIT, LIST_LIMIT) == []
+    with pytest.raises(TypeError):
+        module.events_may_need_cut(tuple(batch), STRING_LIMIT, LIST_LIMIT)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3, 4])
+def test_a_batch_transformed_at_once_is_each_event_transformed_natively_or_not(level: int) -> None:
+    """`transform_all` (what `write_trace` calls) gives every event of a batch as `transform`
+    gives it, with the native check and without, metadata and damaged events included."""
+    rng = random.Random(17 + level)
+    batch = [json.dumps({"ph": rng.choice("XiCM"), "name": "n", "args": _odd_args(rng)}, ensure_ascii=bool(i % 3)).encode()
+             for i in range(600)]
+    batch += [b'{"ph":"X","name":"no args"}', b'{"ph":"X","args":[' + b",".join([b"1"] * 40) + b"]}",
+              b'{"ph":"X","\\u0061rgs":{"l":[' + b",".join([b"2"] * 40) + b"]}}"]
+    policy = args_policy(level)
+    expected = [transform(raw, policy, None) for raw in batch]
+    for on in (True, False):
+        with native(on):
+            assert transform_all(list(batch), policy, native_module.scanner_module()) == expected
