@@ -56,6 +56,7 @@ setup(
         "msgspec>=0.18",
         "orjson>=3.8",
         "isal>=1.6",
+        "zstandard>=0.22",  # the text kept of a gzip trace (`formats.kept_codec`): smaller and faster than deflate
         "protobuf>=4.25",  # upb, the C parser; our own XSpace schema needs no protoc
         "tensorboard>=2.21",
         "google-crc32c>=1.5",  # the event-file reader checks every record's CRC32C in C

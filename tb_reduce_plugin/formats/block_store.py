@@ -29,17 +29,21 @@ from typing import Any, Callable, Iterator, Optional
 
 import msgspec
 import numpy as np
-from isal import isal_zlib
 
 from ..errors import TraceError
 from ..mapped import ColumnFiles, SpillFailed
 from ..native import scanner_module
+from . import kept_codec
 from .sources import FileIdentity, open_regular
 
 # The chunks text read by offset is kept in (`BlockStore.add_text`): a later pass inflates
-# a chunk for any event in it, so small, but big enough that ISA-L keeps its ratio (256 KiB
-# chunks: 1.7 % bigger than 16 MB blocks on a Kineto trace, and inflated 2x faster a byte).
+# a chunk for any event in it, so small, but big enough to keep the codec's ratio (256 KiB
+# chunks of ISA-L level 1: 1.7 % bigger than 16 MB blocks on a Kineto trace, and inflated
+# 2x faster a byte; zstd, `kept_codec`, loses as little at this size).
 TEXT_CHUNK = 256 * 1024
+# What a chunk of a store kept by events (a reader's blocks, without positions) may hold at
+# most when read back: a block is a read of the file and the event it ends in.
+_EVENT_BLOCK_LIMIT = 1 << 31
 # A request for more events than this reads them from the text alone (level 0 of a whole
 # trace: the tier would only add its chunks); a window's view keeps far fewer. The events
 # read through the tier are held at once (~340 bytes each on a Kineto trace).
@@ -118,7 +122,7 @@ class BlockStore:
         it only saves later passes time, and the pass that builds it goes on without it."""
         if self.failed:
             return
-        data = isal_zlib.compress(text, 1)
+        data = kept_codec.compress(text)
         with self._lock:
             try:
                 self._file.write(data)
@@ -190,7 +194,7 @@ class BlockStore:
             if b >= len(firsts) - 1:
                 raise TraceError(f"no event {int(indices[-1])} in this trace")
             lo, hi = self._offsets[b], self._offsets[b + 1]
-            raws = raw_list.decode(isal_zlib.decompress(os.pread(self._fd, hi - lo, lo)))
+            raws = raw_list.decode(kept_codec.decompress(os.pread(self._fd, hi - lo, lo), _EVENT_BLOCK_LIMIT))
             first = int(firsts[b])
             a, z = np.searchsorted(indices, [first, first + len(raws)])
             yield [bytes(raws[i]) for i in (indices[a:z] - first).tolist()]
@@ -247,8 +251,13 @@ class BlockStore:
             i = j
 
     def _chunk(self, c: int) -> bytes:
+        """Chunk `c` of text kept by offset: exactly the text between its offset and the next's."""
         lo, hi = self._offsets[c], self._offsets[c + 1]
-        return isal_zlib.decompress(os.pread(self._fd, hi - lo, lo))
+        size = self._firsts[c + 1] - self._firsts[c]
+        text = kept_codec.decompress(os.pread(self._fd, hi - lo, lo), size)
+        if len(text) != size:
+            raise TraceError("a kept chunk is damaged (it holds another length than its table says)")
+        return text
 
 
 def _across(held: dict[int, bytes], a: int, p: int, q: int) -> bytes:

@@ -56,7 +56,7 @@ from isal import isal_zlib
 from .. import FORMAT_VERSION, mapped
 from ..budget import Account
 from ..errors import TraceError
-from ..formats import xspace
+from ..formats import kept_codec, xspace
 from ..formats.chrome_json import ChromeJsonEvents, EventPositions
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
 from ..formats.xspace import XSpaceTrace
@@ -159,6 +159,16 @@ def _check_files(folder: str, files: dict, allowed: Callable[[str], bool], stamp
         if stamps is not None:
             stamps.stamp(name, size, crc, st)
     return unchanged
+
+
+
+def _remove_blocks(folder: str) -> None:
+    """Drop the kept text of a stored index (its manifest first gone with the rest)."""
+    for name in (_BLOCKS, *_BLOCK_FILES, *_TIER_FILES):
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _crc_of(path: str, size: int) -> int:
@@ -445,7 +455,16 @@ class IndexStore:
             return
         source = index.source
         try:
-            files = _read_json(manifest_path, 1 << 16)["files"]
+            manifest = _read_json(manifest_path, 1 << 16)
+            if not isinstance(manifest, dict):
+                raise Damaged("its block manifest is not an object")
+            if manifest.get("version") == INDEX_VERSION and manifest.get("codec") != kept_codec.CODEC:
+                # kept by an earlier version (ISA-L, before the codec was named) or in another codec: kept again
+                log.info("tb_reduce: the kept text of %s was compressed another way; it is kept again",
+                         os.path.basename(index.path))
+                _remove_blocks(folder)
+                return
+            files = manifest["files"]
             if sorted(files) not in (sorted(_BLOCK_FILES), sorted(_BLOCK_FILES + _TIER_FILES)):
                 raise Damaged("its block manifest names other files")
             _check_files(folder, files, lambda name: name in _BLOCK_FILES + _TIER_FILES, stamps)
@@ -465,11 +484,7 @@ class IndexStore:
         except (Damaged, TraceError, OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("tb_reduce: the kept blocks of %s are damaged (%s); they are read from the trace again",
                         os.path.basename(index.path), str(exc))
-            for name in (_BLOCKS, *_BLOCK_FILES, *_TIER_FILES):
-                try:
-                    os.unlink(os.path.join(folder, name))
-                except OSError:
-                    pass
+            _remove_blocks(folder)
 
     def spill_folder(self) -> Optional[str]:
         """A new folder for a parse to write its columns into (`index_file(spill_dir=...)`),
@@ -533,7 +548,7 @@ class IndexStore:
             os.rename(staged, os.path.join(folder, "blocks.bin"))
             tmp = os.path.join(folder, f"{_BLOCKS}.{os.getpid()}.tmp")
             with open(tmp, "w") as f:
-                json.dump({"version": INDEX_VERSION, "files": files}, f)
+                json.dump({"version": INDEX_VERSION, "codec": kept_codec.CODEC, "files": files}, f)
             os.rename(tmp, os.path.join(folder, _BLOCKS))
             _stamp(folder, files)
         except (OSError, Damaged) as exc:

@@ -368,6 +368,33 @@ def test_a_restart_reads_events_from_the_kept_blocks_and_never_inflates_the_trac
     assert detail == fresh.event("run", host, 7)
 
 
+def test_text_kept_by_an_earlier_version_is_kept_again_quietly_and_windows_are_the_same(gz_trace, tmp_path, caplog):
+    """A store of kept blocks whose manifest names no codec (ISA-L's, before zstd) is not read
+    as zstd frames, nor called damaged: it is dropped with an info line and kept again."""
+    import logging
+
+    from tb_reduce_plugin.formats import kept_codec
+
+    logdir, cache = gz_trace.parent.parent, tmp_path / "cache"
+    host = gz_trace.name[: -len(".pt.trace.json.gz")]
+    first = _served_once(logdir, cache, host)
+    folder = stored_folder(first.store, gz_trace)
+    manifest = json.loads((folder / "blocks.json").read_text())
+    assert manifest["codec"] == kept_codec.CODEC == "zstd"
+    assert (folder / "blocks.bin").read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame's magic
+    del manifest["codec"]
+    (folder / "blocks.json").write_text(json.dumps(manifest))
+    caplog.set_level(logging.INFO, logger="tb_reduce_plugin")
+    second = TraceService(str(logdir), cache_dir=str(cache))
+    got = second.reduction("run", host, 0, None, None)
+    assert got.stats["index"] == "stored"
+    assert "compressed another way" in caplog.text and "damaged" not in caplog.text
+    fresh = TraceService(str(logdir), cache_dir=str(tmp_path / "fresh"))
+    assert _body(got) == _body(fresh.reduction("run", host, 0, None, None))
+    second.wait_saved()
+    assert json.loads((folder / "blocks.json").read_text())["codec"] == "zstd"  # kept again, in zstd
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "tables", "manifest", "tier order", "tier range", "tier text"])
 def test_damaged_kept_blocks_are_dropped_and_the_events_read_from_the_trace(gz_trace, tmp_path, damage, caplog):
     logdir, cache = gz_trace.parent.parent, tmp_path / "cache"

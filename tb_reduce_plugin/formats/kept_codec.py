@@ -1,0 +1,55 @@
+"""How kept text is compressed: Zstandard level 1, one frame per chunk, with its checksum.
+
+The text a server keeps of a gzip trace (`block_store.BlockStore`: every chunk of it, for
+the windows read after the first view and after a restart) is written once, in the
+background after a first view, and read a chunk at a time by every window. On 64 MiB of a
+Kineto trace in 256 KiB chunks, zstd level 1 kept 7.1 % of the text against ISA-L level
+1's 10.1 %, compressed ~1.8x faster and read back ~2x faster (one run, this machine): the
+kept text went from 37 to ~26 bytes an event of the index, and a warm zoom inflates ~10 MiB.
+
+Each frame carries its content size and an xxHash64 of its text: a chunk changed on disk
+after the store was checked is an error here, never other bytes, and no frame can make
+this allocate more than its reader says a chunk can hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import zstandard
+
+from ..errors import TraceError
+
+CODEC = "zstd"  # named in the index store's manifest of kept blocks: another codec's store is made again
+LEVEL = 1
+
+_local = threading.local()  # zstd contexts are not for two threads at once: one pair per thread
+
+
+def _contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    pair = getattr(_local, "pair", None)
+    if pair is None:
+        pair = _local.pair = (zstandard.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True),
+                              zstandard.ZstdDecompressor())
+    return pair
+
+
+def compress(text: Any) -> bytes:
+    """One frame holding `text` (bytes-like)."""
+    return _contexts()[0].compress(text)
+
+
+def decompress(frame: bytes, limit: int) -> bytes:
+    """The text of one frame written by `compress`, at most `limit` bytes; `TraceError` when
+    the frame is damaged, says it holds more, or holds another length than it says."""
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size < 0 or size > limit:
+            raise TraceError(f"a kept chunk is damaged (it claims {size} bytes)")
+        text = _contexts()[1].decompress(frame, max_output_size=limit, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise TraceError(f"a kept chunk is damaged ({exc})") from None
+    if len(text) != size:
+        raise TraceError("a kept chunk is damaged (its length is not the one it says)")
+    return text
