@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Optional
 
 import msgspec
@@ -54,6 +55,24 @@ TIER_MAX_SHARE = 0.4
 TIER_JUDGED_AFTER = 64 << 20
 _TIER_ROWS = 1 << 16  # events looked at at once while the pass streams
 _GATHER_BYTES = 1 << 20  # the tier's text gathered at once from what is read
+
+# Threads that compress a read's chunks at once (`BlockStore.add_text`): the keeping after a
+# first view inflated on one core and compressed on the other in turn, and a zoom asked
+# meanwhile waits for it to pass its events.
+_COMPRESS_THREADS = max(1, min(4, os.cpu_count() or 1))
+_pool: Optional[tuple[int, ThreadPoolExecutor]] = None  # (the process that made it, the pool)
+_pool_lock = threading.Lock()
+
+
+def _compressors() -> ThreadPoolExecutor:
+    """The pool, made on first use in this process (a forked child makes its own: the
+    parent's threads are not in it)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(_COMPRESS_THREADS, thread_name_prefix="tb-reduce-keep"))
+        return _pool[1]
+
 
 Tier = tuple[np.ndarray, np.ndarray]  # the tier's events: indices, starts in the tier's text
 
@@ -122,34 +141,47 @@ class BlockStore:
         it only saves later passes time, and the pass that builds it goes on without it."""
         if self.failed:
             return
-        data = kept_codec.compress(text)
+        self._write([kept_codec.compress(text)], [events])
+
+    def _write(self, frames: list[bytes], sizes: list[int]) -> None:
+        """Append compressed chunks (and each one's events or text bytes) in order."""
         with self._lock:
             try:
-                self._file.write(data)
+                self._file.write(b"".join(frames) if len(frames) > 1 else frames[0])
             except OSError:
                 self.failed = True
                 self._finalizer()
                 return
-            self._offsets.append(self._offsets[-1] + len(data))
-            self._firsts.append(self._firsts[-1] + events)
+            for frame, size in zip(frames, sizes):
+                self._offsets.append(self._offsets[-1] + len(frame))
+                self._firsts.append(self._firsts[-1] + size)
 
     def add_text(self, text: Any) -> None:
         """Keep text read by offset (`ChromeJsonEvents._copy`) in chunks of `TEXT_CHUNK`
         bytes, whatever the sizes it comes in: a later pass inflates only the chunks its
         events lie in, so a few events far apart cost a few small chunks, not a 16 MB
-        block each."""
+        block each. The chunks of one call are compressed on `_compressors` at once (the
+        pass's other thread inflates; zstd lets go of the GIL) and written in order before
+        it returns, so `text`, a buffer its caller reads into again, is not held after."""
+        if self.failed:
+            return
         view = memoryview(text)
         at = 0
+        pieces: list[Any] = []
         if self._pending:
             at = min(len(view), TEXT_CHUNK - len(self._pending))
             self._pending += view[:at]
             if len(self._pending) < TEXT_CHUNK:
                 return
-            self.add(self._pending, len(self._pending))
+            pieces.append(self._pending)
             self._pending = bytearray()
         while len(view) - at >= TEXT_CHUNK:
-            self.add(view[at:at + TEXT_CHUNK], TEXT_CHUNK)
+            pieces.append(view[at:at + TEXT_CHUNK])
             at += TEXT_CHUNK
+        if pieces:
+            frames = list(_compressors().map(kept_codec.compress, pieces)) if len(pieces) > 1 else \
+                [kept_codec.compress(pieces[0])]
+            self._write(frames, [TEXT_CHUNK] * len(pieces))
         self._pending += view[at:]
 
     def finish(self) -> None:

@@ -51,15 +51,15 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def _held_after(monkeypatch: pytest.MonkeyPatch, covered: int) -> tuple[threading.Event, threading.Event]:
     """The keeping stops once it has kept `covered` bytes of text, until told to go on."""
     held, go = threading.Event(), threading.Event()
-    original = BlockStore.add
+    original = BlockStore._write
 
-    def add(self: BlockStore, text, events: int) -> None:
-        original(self, text, events)
+    def write(self: BlockStore, frames, sizes) -> None:  # every chunk kept goes through here
+        original(self, frames, sizes)
         if self.covered >= covered and not held.is_set():
             held.set()
             assert go.wait(30)
 
-    monkeypatch.setattr(BlockStore, "add", add)
+    monkeypatch.setattr(BlockStore, "_write", write)
     return held, go
 
 

@@ -123,15 +123,15 @@ def test_a_zoom_asked_once_the_keeping_has_passed_its_events_reads_them_without_
 def test_a_zoom_whose_events_are_not_kept_yet_waits_for_the_keeping_instead_of_reading_the_file_again(
         gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held, go = threading.Event(), threading.Event()
-    original = BlockStore.add
+    original = BlockStore._write
 
-    def add_held(self: BlockStore, text, events: int) -> None:  # the keeping stops after its first chunk
-        original(self, text, events)
+    def write_held(self: BlockStore, frames, sizes) -> None:  # the keeping stops after its first chunks
+        original(self, frames, sizes)
         if self.path.startswith(str(tmp_path / "cache")) and ".blocks-" in self.path:
             held.set()
             assert go.wait(30)
 
-    monkeypatch.setattr(BlockStore, "add", add_held)
+    monkeypatch.setattr(BlockStore, "_write", write_held)
     service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
     host = host_of(gz_trace)
     passes = whole_passes(monkeypatch)
