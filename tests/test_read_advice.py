@@ -1,0 +1,115 @@
+"""Read advice for mapped index files (`read_advice`): what the kernel is told while a narrow
+window is planned, checked in the kernel's own account of the process's mappings."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tb_reduce_plugin import read_advice
+from tb_reduce_plugin.mapped import map_array
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or read_advice._libc is None,
+                                reason="madvise and /proc/self/smaps are Linux's")
+
+
+def _random_read_flag(a: np.ndarray) -> bool:
+    """Whether the kernel marks the mapping holding `a` for random reads (`rr` in smaps)."""
+    at = a.ctypes.data
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= at < hi
+        elif inside and line.startswith("VmFlags:"):
+            return "rr" in line.split()[1:]
+    raise AssertionError("the array's mapping is not in smaps")
+
+
+def _mapped(tmp_path: Path, name: str, n: int = 1 << 20) -> np.ndarray:
+    np.save(tmp_path / name, np.arange(n, dtype=np.int64))
+    return map_array(str(tmp_path / name))
+
+
+def test_a_mapping_is_read_at_random_inside_the_with_and_normally_after(tmp_path: Path) -> None:
+    a, b = _mapped(tmp_path, "a.npy"), _mapped(tmp_path, "b.npy")
+    held = np.arange(10)  # memory of the process's own: never advised
+    assert not _random_read_flag(a)
+    with read_advice.random_reads([a, np.asarray(b)[100:], held]):
+        assert _random_read_flag(a) and _random_read_flag(b)
+        assert read_advice.advised_random() == 2
+        assert int(a[12345]) == 12345 and int(b[-1]) == (1 << 20) - 1  # reads are reads
+    assert not _random_read_flag(a) and not _random_read_flag(b)
+    assert read_advice.advised_random() == 0
+
+
+def test_the_advice_stays_while_any_plan_holds_it_and_leave_gives_one_plans_share_back_once(tmp_path: Path) -> None:
+    a = _mapped(tmp_path, "a.npy")
+    with read_advice.random_reads([a]) as first:
+        with read_advice.random_reads([a[10:]]) as second:  # a view: the same mapping, counted twice
+            first.leave()
+            first.leave()  # once only
+            assert _random_read_flag(a)
+        second.leave()  # already left by the with: nothing more
+        assert not _random_read_flag(a)
+    assert read_advice.advised_random() == 0
+
+
+def test_plans_on_many_threads_leave_no_advice_behind(tmp_path: Path) -> None:
+    arrays = [_mapped(tmp_path, f"{k}.npy", 1 << 16) for k in range(4)]
+    errors: list[BaseException] = []
+
+    def plan(k: int) -> None:
+        try:
+            for i in range(200):
+                with read_advice.random_reads(arrays[k % 2:k % 2 + 3]) as adv:
+                    if i % 3 == 0:
+                        adv.leave()
+        except BaseException as exc:  # raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=plan, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert read_advice.advised_random() == 0
+    assert not any(_random_read_flag(a) for a in arrays)
+
+
+def test_a_window_plan_asks_for_random_reads_and_gives_them_back(tmp_path: Path, monkeypatch) -> None:
+    """The plan of a narrow window holds the advice through its plan; a wide one leaves it
+    after its searches; both leave none behind (the plans' output is the window plans' tests')."""
+    from index_support import copied_gz_trace
+    from plugin_support import require_corpus
+
+    from tb_reduce_plugin.reduce import reduction
+    from tb_reduce_plugin.serve.service import TraceService
+
+    require_corpus()
+    path = copied_gz_trace(tmp_path)
+    service = TraceService(str(path.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = path.name[: -len(".pt.trace.json.gz")]
+    service.reduction("run", host, 2, None, None)
+    service.wait_saved()
+    seen = []
+    original = reduction._plan_window
+
+    def spy(*args, **kwargs):
+        seen.append(read_advice.advised_random())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(reduction, "_plan_window", spy)
+    lo, hi = service.on_index(service.trace_file("run", host), lambda i: reduction.default_window(i.table))
+    service.reduction("run", host, 2, lo + 0.4 * (hi - lo), lo + 0.41 * (hi - lo))
+    monkeypatch.setattr(reduction, "RANDOM_READ_ROWS", -1)  # every window counts as wide
+    service.reduction("run", host, 2, lo + 0.5 * (hi - lo), lo + 0.51 * (hi - lo))
+    assert len(seen) == 2 and seen[0] > 0 and seen[1] == 0  # through the window index, with and without
+    assert read_advice.advised_random() == 0
