@@ -42,6 +42,8 @@ from .sources import FileIdentity, open_regular
 # chunks of ISA-L level 1: 1.7 % bigger than 16 MB blocks on a Kineto trace, and inflated
 # 2x faster a byte; zstd, `kept_codec`, loses as little at this size).
 TEXT_CHUNK = 256 * 1024
+# At most this much of the kept text's file is asked for ahead of a window's reads (`_prefetch`).
+_PREFETCH_BYTES = 64 << 20
 # What a chunk of a store kept by events (a reader's blocks, without positions) may hold at
 # most when read back: a block is a read of the file and the event it ends in.
 _EVENT_BLOCK_LIMIT = 1 << 31
@@ -263,6 +265,7 @@ class BlockStore:
             raise TraceError("an event lies beyond the kept text")
         lo_chunk = np.searchsorted(firsts, starts, side="right") - 1
         hi_chunk = np.searchsorted(firsts, np.maximum(ends - 1, starts), side="right") - 1
+        self._prefetch(lo_chunk, hi_chunk)
         held: dict[int, bytes] = {}  # inflated chunks still needed by the ranges to come
         i, n = 0, len(starts)
         while i < n:
@@ -281,6 +284,30 @@ class BlockStore:
             else:
                 yield [data[p:q] if q <= len(data) else _across(held, a, p, q) for p, q in zip(x, y)]
             i = j
+
+    def _prefetch(self, lo_chunk: np.ndarray, hi_chunk: np.ndarray) -> None:
+        """Ask the kernel for the compressed bytes of the chunks [lo_chunk[i], hi_chunk[i]]
+        at once, run by run of chunks, before they are read one by one: the reads then
+        wait for exactly those bytes, not for the read-ahead a miss starts (up to
+        `read_ahead_kb` past each: a cold 0.1 % window of an 8 GiB trace read ~50 MB of
+        this file for ~1 MB of chunks). Past `_PREFETCH_BYTES` in all, the kernel reads
+        ahead as it would (a wide read is one long run anyway)."""
+        if not len(lo_chunk) or not hasattr(os, "posix_fadvise"):
+            return
+        need = np.zeros(len(self._offsets), dtype=np.int64)  # +1 where a run of chunks starts, -1 past its end
+        np.add.at(need, lo_chunk, 1)
+        np.add.at(need, hi_chunk + 1, -1)
+        inside = np.cumsum(need[:-1]) > 0
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], inside, [False])).astype(np.int8)))
+        offsets = np.asarray(self._offsets, dtype=np.int64)
+        a, b = offsets[edges[0::2]], offsets[edges[1::2]]
+        if int((b - a).sum()) > _PREFETCH_BYTES:
+            return
+        for lo, hi in zip(a.tolist(), b.tolist()):
+            try:
+                os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+            except OSError:  # advice only: the reads go on as they would
+                return
 
     def _chunk(self, c: int) -> bytes:
         """Chunk `c` of text kept by offset: exactly the text between its offset and the next's."""

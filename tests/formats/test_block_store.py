@@ -139,3 +139,30 @@ def test_the_native_gather_copies_what_numpy_gathers_and_refuses_ranges_outside_
     assert out == bytearray(200)  # nothing written by a refused call
     with pytest.raises(ValueError):
         module.gather(text, np.zeros(2, np.int64), np.zeros(3, np.int64), out)
+
+
+def test_a_windows_chunks_are_asked_of_the_kernel_run_by_run_before_they_are_read(tmp_path, monkeypatch) -> None:
+    """`BlockStore._prefetch`: one WILLNEED per run of consecutive chunks the ranges lie in,
+    covering exactly their compressed bytes; nothing past `_PREFETCH_BYTES`; the bytes read
+    are the text's either way."""
+    import os as _os
+
+    from tb_reduce_plugin.formats import block_store as bs
+
+    text = b"".join(b'{"ph":"X","ts":%d,"name":"n%d"},' % (i, i % 97) for i in range(60000))
+    store = bs.BlockStore(str(tmp_path))
+    store.add_text(text)
+    store.finish()
+    asked = []
+    monkeypatch.setattr(_os, "posix_fadvise", lambda fd, lo, n, advice: asked.append((lo, n, advice)))
+    chunk = bs.TEXT_CHUNK
+    starts = np.array([10, chunk - 5, 3 * chunk + 7, 3 * chunk + 100], dtype=np.int64)  # chunks 0-1, then 3
+    ends = starts + 20
+    got = [raw for batch in store.copy(starts, ends) for raw in batch]
+    assert got == [text[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    offsets = store._offsets
+    assert asked == [(offsets[0], offsets[2] - offsets[0], _os.POSIX_FADV_WILLNEED),
+                     (offsets[3], offsets[4] - offsets[3], _os.POSIX_FADV_WILLNEED)]
+    asked.clear()
+    monkeypatch.setattr(bs, "_PREFETCH_BYTES", 10)
+    assert [raw for batch in store.copy(starts, ends) for raw in batch] == got and asked == []
