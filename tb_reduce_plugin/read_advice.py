@@ -29,7 +29,10 @@ from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
-MADV_NORMAL, MADV_RANDOM = 0, 1  # Linux's values (sys/mman.h)
+MADV_NORMAL, MADV_RANDOM, MADV_WILLNEED = 0, 1, 3  # Linux's values (sys/mman.h)
+# `will_need` asks for at most this many runs of pages (a syscall each), or this many bytes.
+MAX_RUNS = 1 << 14
+MAX_PREFETCH_BYTES = 256 << 20
 _PAGE = mmap.PAGESIZE
 
 _libc: Optional[Any] = None
@@ -112,6 +115,28 @@ def random_reads(arrays: Iterable[Any]) -> Iterator[Advised]:
         yield advised
     finally:
         advised.leave()
+
+
+def will_need(a: np.ndarray, rows: np.ndarray) -> bool:
+    """Ask the kernel to read, at once and in the background, the pages of the mapped
+    1-d array `a` that hold `a[rows]` (`rows` ascending), run by run: a gather of a few
+    rows then waits for those pages only, in one round of I/O, instead of a fault (and
+    its read-ahead) after another. False where nothing was asked: `a` is not mapped,
+    there is no `madvise`, or the runs are more than `MAX_RUNS` or `MAX_PREFETCH_BYTES`
+    (the caller leaves the kernel's read-ahead to it)."""
+    if _libc is None or not len(rows) or a.ndim != 1 or not a.nbytes or _mapping(a) is None:
+        return False
+    at = np.asarray(rows, dtype=np.int64) * a.strides[0] + a.ctypes.data
+    pages = at // _PAGE
+    pages = np.concatenate((pages, (at + a.itemsize - 1) // _PAGE))  # an item across a page's end
+    pages = np.unique(pages)
+    cut = np.flatnonzero(np.diff(pages) > 2) + 1  # runs, with gaps of two pages read through
+    first, last = pages[np.concatenate(([0], cut))], pages[np.concatenate((cut - 1, [len(pages) - 1]))]
+    if len(first) > MAX_RUNS or int((last - first + 1).sum()) * _PAGE > MAX_PREFETCH_BYTES:
+        return False
+    for lo, hi in zip(first.tolist(), last.tolist()):
+        _libc.madvise(lo * _PAGE, (hi - lo + 1) * _PAGE, MADV_WILLNEED)
+    return True
 
 
 def advised_random() -> int:

@@ -113,3 +113,44 @@ def test_a_window_plan_asks_for_random_reads_and_gives_them_back(tmp_path: Path,
     service.reduction("run", host, 2, lo + 0.5 * (hi - lo), lo + 0.51 * (hi - lo))
     assert len(seen) == 2 and seen[0] > 0 and seen[1] == 0  # through the window index, with and without
     assert read_advice.advised_random() == 0
+
+
+def _resident(a: np.ndarray) -> np.ndarray:
+    """Per page of `a`'s mapping (from its first byte's page), whether it is in memory (mincore)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    start = a.ctypes.data & ~(mmap.PAGESIZE - 1)
+    n = -(-(a.ctypes.data + a.nbytes - start) // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * n)()
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(n * mmap.PAGESIZE), vec) == 0
+    return np.frombuffer(bytes(vec), dtype=np.uint8) & 1 == 1
+
+
+def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, monkeypatch) -> None:
+    """`will_need` on a file out of the page cache: the pages holding the rows come in
+    (the kernel's own account, `mincore`), the pages between runs stay out."""
+    import os
+    import time
+
+    path = tmp_path / "cold.npy"
+    np.save(path, np.arange(1 << 21, dtype=np.int64))  # 16 MiB: 4,096 pages
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    a = map_array(str(path))
+    if _resident(a).mean() > 0.5:
+        pytest.skip("the page cache kept the file (DONTNEED is advice too)")
+    rows = np.array([10, 3 << 18, (3 << 18) + 700, (1 << 21) - 1], dtype=np.int64)
+    assert read_advice.will_need(a, rows)
+    wanted = np.unique(((rows * 8 + a.ctypes.data) // 4096) - a.ctypes.data // 4096)
+    deadline = time.monotonic() + 10
+    while not _resident(a)[wanted].all() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    resident = _resident(a)
+    assert resident[wanted].all()
+    assert resident.mean() < 0.25  # the runs asked for, not the file
+    assert not read_advice.will_need(np.arange(10), np.array([1]))  # memory of its own: nothing to ask
+    monkeypatch.setattr(read_advice, "MAX_RUNS", 10)
+    assert not read_advice.will_need(a, np.arange(0, 1 << 21, 4096))  # 512 runs, past MAX_RUNS: read-ahead's

@@ -38,7 +38,7 @@ from ..errors import FileChanged, TraceError
 from ..mapped import SpillFailed
 from ..model import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
-from ..read_advice import random_reads
+from ..read_advice import random_reads, will_need
 from .block_store import TIER_MAX_EVENTS, BlockStore, Tier, TierBuilder, raw_list
 from .plain_text import PlainText, each_a_value
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
@@ -627,8 +627,6 @@ class EventPositions:
         return self.starts.nbytes + self.lengths.nbytes
 
 
-# The event positions a page holds (int64 starts): a lookup of fewer events than pages is sparse.
-_ROWS_A_PAGE = 512
 # A read with this many events asked for is made a bytes object whole, then sliced.
 _COPY_WHOLE_FROM = 1024
 
@@ -799,14 +797,14 @@ class ChromeJsonEvents:
                 self._building.release()
 
     def _sparse_reads(self, indices: np.ndarray, store: BlockStore) -> Any:
-        """Random-read advice (`read_advice`) on the mapped positions and coarse tier while
-        a window's few events are looked up in them: fewer events than the positions have
-        pages, each a page apart, where the kernel's read-ahead around each (8 MiB here)
-        read ~50 MB for a cold 0.1 % window of an 8 GiB trace."""
+        """While a window's events are looked up in the mapped positions: their pages asked
+        for at once (`read_advice.will_need`), and no read-ahead around each touch, which
+        (8 MiB here) read ~50 MB for a cold 0.1 % window of an 8 GiB trace. Where there are
+        too many pages to ask for one by one, the kernel reads ahead as it would."""
         p = self.positions
-        if p is None or len(indices) * _ROWS_A_PAGE >= len(p.starts):
+        if p is None or not all([will_need(p.starts, indices), will_need(p.lengths, indices)]):
             return contextlib.nullcontext()
-        return random_reads([p.starts, p.lengths, *(store.tier or ())])
+        return random_reads([p.starts, p.lengths])
 
     def _kept_so_far(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
                      ) -> Optional[tuple[BlockStore, Optional[int]]]:
