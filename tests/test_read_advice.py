@@ -143,6 +143,9 @@ def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, 
     if _resident(a).mean() > 0.5:
         pytest.skip("the page cache kept the file (DONTNEED is advice too)")
     rows = np.array([10, 3 << 18, (3 << 18) + 700, (1 << 21) - 1], dtype=np.int64)
+    assert not read_advice.will_need(a, rows)  # read with read-ahead: left to the kernel
+    advised = read_advice.random_reads([a])
+    advised.__enter__()
     assert read_advice.will_need(a, rows)
     wanted = np.unique(((rows * 8 + a.ctypes.data) // 4096) - a.ctypes.data // 4096)
     deadline = time.monotonic() + 10
@@ -154,3 +157,5 @@ def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, 
     assert not read_advice.will_need(np.arange(10), np.array([1]))  # memory of its own: nothing to ask
     monkeypatch.setattr(read_advice, "MAX_RUNS", 10)
     assert not read_advice.will_need(a, np.arange(0, 1 << 21, 4096))  # 512 runs, past MAX_RUNS: read-ahead's
+    advised.__exit__(None, None, None)
+    assert read_advice.advised_random() == 0

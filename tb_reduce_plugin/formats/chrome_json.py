@@ -749,7 +749,7 @@ class ChromeJsonEvents:
         indices = np.asarray(indices, dtype=np.int64)
         store = self._store
         if store is not None and self.positions is not None:
-            with self._sparse_reads(indices, store):
+            with self._sparse_reads(indices):
                 starts, ends = self._spans(indices)
                 yield from store.copy_events(indices, starts, ends)
             return
@@ -796,15 +796,20 @@ class ChromeJsonEvents:
             if acquired:
                 self._building.release()
 
-    def _sparse_reads(self, indices: np.ndarray, store: BlockStore) -> Any:
+    @contextlib.contextmanager
+    def _sparse_reads(self, indices: np.ndarray) -> Iterator[None]:
         """While a window's events are looked up in the mapped positions: their pages asked
         for at once (`read_advice.will_need`), and no read-ahead around each touch, which
         (8 MiB here) read ~50 MB for a cold 0.1 % window of an 8 GiB trace. Where there are
         too many pages to ask for one by one, the kernel reads ahead as it would."""
         p = self.positions
-        if p is None or not all([will_need(p.starts, indices), will_need(p.lengths, indices)]):
-            return contextlib.nullcontext()
-        return random_reads([p.starts, p.lengths])
+        if p is None:
+            yield
+            return
+        with random_reads([p.starts, p.lengths]) as advised:
+            if not all([will_need(p.starts, indices), will_need(p.lengths, indices)]):
+                advised.leave()
+            yield
 
     def _kept_so_far(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
                      ) -> Optional[tuple[BlockStore, Optional[int]]]:

@@ -43,7 +43,7 @@ from ..model import (
     ph_in,
     time_span,
 )
-from ..read_advice import random_reads
+from ..read_advice import random_reads, will_need
 from ..scan_pieces import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
@@ -430,6 +430,10 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     sl = slices_of(t)
     pts = wi.points_within(t, t0, t1)  # in_window, less the slices' own events
     ov = wi.slices_overlapping(sl, t0, t1)
+    for column in (t.ph, t.ts, t.track, t.flow_key, _static(t, sl).handled):  # their pages at once (`read_advice`)
+        will_need(column, pts)
+    for column in (sl.start, sl.end, sl.dur, sl.track, sl.name, sl.event, sl.partner):
+        will_need(column, ov)
     overlaps = np.zeros(len(sl), dtype=bool)
     overlaps[ov] = True
     partner = sl.partner[ov]
