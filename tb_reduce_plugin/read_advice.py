@@ -10,11 +10,13 @@ Advised `MADV_RANDOM` for the plan, the same window read 10-12 MB in ~1,000 one-
 faults (0.11-0.12 s).
 
 The same advice makes a long sequential read slow (a page a fault: a 10 % window took
-2.3-2.5 s against 1.0-1.1 s), so it is given only for the searches and for plans whose
-rows are few (`random_reads` and `Advised.leave`), and taken back after: the whole-table
-passes of queries and plans keep the kernel's read-ahead. Mappings are shared by every
-request of a process, so the advice is counted per mapped range: it goes back to normal
-when the last plan that asked for it is done. It only changes what is read ahead, never
+2.3-2.5 s against 1.0-1.1 s), and a warm one too (no fault-around: a warm 1 % window's
+plan took 0.21 s against 0.08 s). So it is given only for a window's searches
+(`random_reads`), and the rows a narrow window then reads are asked for at once, those
+not in memory (`will_need`); the whole-table passes of queries and plans, and a wide
+window's rows, keep the kernel's read-ahead. Mappings are shared by every request of a
+process, so the advice is counted per mapping: it goes back to normal when the last
+search that asked for it is done. It only changes what is read ahead, never
 what a read returns (a no-op where `madvise` is not to be had).
 """
 
@@ -31,8 +33,9 @@ import numpy as np
 
 MADV_NORMAL, MADV_RANDOM, MADV_WILLNEED = 0, 1, 3  # Linux's values (sys/mman.h)
 # `will_need` asks for at most this many runs of pages (a syscall each), or this many bytes.
-MAX_RUNS = 1 << 14
+MAX_RUNS = 1 << 12
 MAX_PREFETCH_BYTES = 256 << 20
+_GAP_PAGES = 8  # pages between two wanted ones read through rather than asked for apart
 _PAGE = mmap.PAGESIZE
 
 _libc: Optional[Any] = None
@@ -40,6 +43,7 @@ if sys.platform.startswith("linux"):
     try:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
     except (OSError, AttributeError):  # no libc to call: no advice, as elsewhere
         _libc = None
 
@@ -119,24 +123,33 @@ def random_reads(arrays: Iterable[Any]) -> Iterator[Advised]:
 
 def will_need(a: np.ndarray, rows: np.ndarray) -> bool:
     """Ask the kernel to read, at once and in the background, the pages of the mapped
-    1-d array `a` that hold `a[rows]`, run by run: a gather of a few rows then waits for
-    those pages only, in one round of I/O, instead of a fault after another. Only while
-    `a` is advised random (`random_reads`): a wide window's rows lie in long runs the
-    kernel's read-ahead reads in big pieces (asked for in ~16 k small runs, an 8 GiB
-    trace's cold 10 % window took 1.8-2.0 s against 1.1-1.2). False where nothing was
-    asked: `a` is not mapped or not advised random, there is no `madvise`, or the runs
-    are more than `MAX_RUNS` or `MAX_PREFETCH_BYTES`."""
+    1-d array `a` that hold `a[rows]` and are not in memory (`mincore`), run by run: a
+    gather of a few rows then waits for those pages only, in one round of I/O, instead
+    of a fault after another, each with the read-ahead around it (a page asked for is
+    there when touched: no read-ahead starts). For the few rows of a narrow window: a
+    wide window's rows lie in long runs the kernel's read-ahead reads in big pieces
+    (asked for in ~16 k small runs, an 8 GiB trace's cold 10 % window took 1.8-2.0 s
+    against 1.1-1.2). False where nothing could be asked: `a` is not mapped, there is no
+    `madvise`, or the runs are more than `MAX_RUNS` or `MAX_PREFETCH_BYTES`."""
     if _libc is None or not len(rows) or a.ndim != 1 or not a.nbytes:
         return False
-    ranges = _ranges([a])
-    with _lock:
-        if not ranges or ranges[0] not in _users:  # read with read-ahead: its runs are the kernel's to read
-            return False
+    if _mapping(a) is None:
+        return False
     at = np.asarray(rows, dtype=np.int64) * a.strides[0] + a.ctypes.data
     pages = at // _PAGE
-    pages = np.concatenate((pages, (at + a.itemsize - 1) // _PAGE))  # an item across a page's end
-    pages = np.unique(pages)
-    cut = np.flatnonzero(np.diff(pages) > 2) + 1  # runs, with gaps of two pages read through
+    if a.ctypes.data % a.itemsize or _PAGE % a.itemsize:  # an item may run past its page's end
+        pages = np.concatenate((pages, (at + a.itemsize - 1) // _PAGE))
+    if len(pages) > 1 and not bool(np.all(pages[1:] >= pages[:-1])):
+        pages = np.sort(pages)
+    pages = pages[np.concatenate(([True], pages[1:] != pages[:-1]))]  # each page once, in order
+    lo = int(pages[0])
+    vec = np.zeros(int(pages[-1]) - lo + 1, dtype=np.uint8)
+    if _libc.mincore(lo * _PAGE, len(vec) * _PAGE, vec.ctypes.data) != 0:
+        return False
+    pages = pages[(vec[pages - lo] & 1) == 0]  # in memory already (a warm zoom): nothing to ask for
+    if not len(pages):
+        return True
+    cut = np.flatnonzero(np.diff(pages) > _GAP_PAGES) + 1  # runs, short gaps read through
     first, last = pages[np.concatenate(([0], cut))], pages[np.concatenate((cut - 1, [len(pages) - 1]))]
     if len(first) > MAX_RUNS or int((last - first + 1).sum()) * _PAGE > MAX_PREFETCH_BYTES:
         return False
@@ -145,12 +158,19 @@ def will_need(a: np.ndarray, rows: np.ndarray) -> bool:
     return True
 
 
-def will_need_span(a: np.ndarray, lo: int, hi: int) -> bool:
-    """`will_need` of the rows lo..hi-1 of `a` (one run)."""
-    if hi <= lo:
+def cold(a: np.ndarray, rows: np.ndarray, sample: int = 16) -> bool:
+    """Whether some of `sample` rows of `rows` (evenly spread) lie on a page of the mapped
+    `a` not in memory: a cheap look (a `mincore` a page) before asking for pages, which a
+    warm zoom need not pay for (sorting and looking up every page of its rows cost a warm
+    1 % window of an 8 GiB trace ~50 ms)."""
+    if _libc is None or not len(rows) or a.ndim != 1 or not a.nbytes or _mapping(a) is None:
         return False
-    return will_need(a, np.array([lo, hi - 1], dtype=np.int64)) if hi - lo <= 2 else \
-        will_need(a, np.arange(lo, hi, max(1, _PAGE // max(1, a.strides[0] if a.ndim == 1 else 1)), dtype=np.int64))
+    picks = np.asarray(rows, dtype=np.int64)[np.linspace(0, len(rows) - 1, min(sample, len(rows))).astype(np.int64)]
+    vec = np.zeros(1, dtype=np.uint8)
+    for page in ((picks * a.strides[0] + a.ctypes.data) // _PAGE).tolist():
+        if _libc.mincore(page * _PAGE, _PAGE, vec.ctypes.data) == 0 and not vec[0] & 1:
+            return True
+    return False
 
 
 def advised_random() -> int:

@@ -84,13 +84,16 @@ def test_plans_on_many_threads_leave_no_advice_behind(tmp_path: Path) -> None:
     assert not any(_random_read_flag(a) for a in arrays)
 
 
-def test_a_window_plan_asks_for_random_reads_and_gives_them_back(tmp_path: Path, monkeypatch) -> None:
-    """The plan of a narrow window holds the advice through its plan; a wide one leaves it
-    after its searches; both leave none behind (the plans' output is the window plans' tests')."""
+def test_a_window_plans_searches_read_at_random_and_only_a_narrow_one_asks_for_its_rows(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """The searches of a window plan hold the random-read advice, and give it back before
+    the rows are read; a narrow window asks for its rows' pages (`narrow`), a wide one
+    leaves them to read-ahead (the plans' output is the window plans' tests')."""
     from index_support import copied_gz_trace
     from plugin_support import require_corpus
 
     from tb_reduce_plugin.reduce import reduction
+    from tb_reduce_plugin.reduce.window_index import WindowIndex
     from tb_reduce_plugin.serve.service import TraceService
 
     require_corpus()
@@ -99,19 +102,25 @@ def test_a_window_plan_asks_for_random_reads_and_gives_them_back(tmp_path: Path,
     host = path.name[: -len(".pt.trace.json.gz")]
     service.reduction("run", host, 2, None, None)
     service.wait_saved()
-    seen = []
-    original = reduction._plan_window
+    searched, planned = [], []
+    rows_within, plan_window = WindowIndex.rows_within, reduction._plan_window
 
-    def spy(*args, **kwargs):
-        seen.append(read_advice.advised_random())
-        return original(*args, **kwargs)
+    def searching(self, *args, **kwargs):
+        searched.append(read_advice.advised_random())
+        return rows_within(self, *args, **kwargs)
 
-    monkeypatch.setattr(reduction, "_plan_window", spy)
+    def planning(*args, **kwargs):
+        planned.append((read_advice.advised_random(), kwargs.get("narrow")))
+        return plan_window(*args, **kwargs)
+
+    monkeypatch.setattr(WindowIndex, "rows_within", searching)
+    monkeypatch.setattr(reduction, "_plan_window", planning)
     lo, hi = service.on_index(service.trace_file("run", host), lambda i: reduction.default_window(i.table))
     service.reduction("run", host, 2, lo + 0.4 * (hi - lo), lo + 0.41 * (hi - lo))
     monkeypatch.setattr(reduction, "RANDOM_READ_ROWS", -1)  # every window counts as wide
     service.reduction("run", host, 2, lo + 0.5 * (hi - lo), lo + 0.51 * (hi - lo))
-    assert len(seen) == 2 and seen[0] > 0 and seen[1] == 0  # through the window index, with and without
+    assert len(searched) == 2 and all(n > 0 for n in searched)
+    assert planned == [(0, True), (0, False)]  # through the window index, narrow then wide, advice given back
     assert read_advice.advised_random() == 0
 
 
@@ -143,9 +152,6 @@ def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, 
     if _resident(a).mean() > 0.5:
         pytest.skip("the page cache kept the file (DONTNEED is advice too)")
     rows = np.array([10, 3 << 18, (3 << 18) + 700, (1 << 21) - 1], dtype=np.int64)
-    assert not read_advice.will_need(a, rows)  # read with read-ahead: left to the kernel
-    advised = read_advice.random_reads([a])
-    advised.__enter__()
     assert read_advice.will_need(a, rows)
     wanted = np.unique(((rows * 8 + a.ctypes.data) // 4096) - a.ctypes.data // 4096)
     deadline = time.monotonic() + 10
@@ -156,6 +162,5 @@ def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, 
     assert resident.mean() < 0.25  # the runs asked for, not the file
     assert not read_advice.will_need(np.arange(10), np.array([1]))  # memory of its own: nothing to ask
     monkeypatch.setattr(read_advice, "MAX_RUNS", 10)
-    assert not read_advice.will_need(a, np.arange(0, 1 << 21, 4096))  # 512 runs, past MAX_RUNS: read-ahead's
-    advised.__exit__(None, None, None)
-    assert read_advice.advised_random() == 0
+    assert not read_advice.will_need(a, np.arange(1 << 12, 1 << 21, 1 << 15))  # 63 runs, past MAX_RUNS: read-ahead's
+    assert read_advice.will_need(a, rows)  # all in memory now: nothing more to ask, and nothing wrong

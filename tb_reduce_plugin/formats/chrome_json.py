@@ -20,7 +20,6 @@ of whitespace and commas are skipped by regex, in C, however long.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -38,7 +37,7 @@ from ..errors import FileChanged, TraceError
 from ..mapped import SpillFailed
 from ..model import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
-from ..read_advice import random_reads, will_need
+from ..read_advice import cold, will_need
 from .block_store import TIER_MAX_EVENTS, BlockStore, Tier, TierBuilder, raw_list
 from .plain_text import PlainText, each_a_value
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
@@ -749,9 +748,9 @@ class ChromeJsonEvents:
         indices = np.asarray(indices, dtype=np.int64)
         store = self._store
         if store is not None and self.positions is not None:
-            with self._sparse_reads(indices):
-                starts, ends = self._spans(indices)
-                yield from store.copy_events(indices, starts, ends)
+            self._ask_for_positions(indices)
+            starts, ends = self._spans(indices)
+            yield from store.copy_events(indices, starts, ends)
             return
         if store is not None:
             yield from store.events(indices)
@@ -796,20 +795,15 @@ class ChromeJsonEvents:
             if acquired:
                 self._building.release()
 
-    @contextlib.contextmanager
-    def _sparse_reads(self, indices: np.ndarray) -> Iterator[None]:
-        """While a window's events are looked up in the mapped positions: their pages asked
-        for at once (`read_advice.will_need`), and no read-ahead around each touch, which
-        (8 MiB here) read ~50 MB for a cold 0.1 % window of an 8 GiB trace. Where there are
-        too many pages to ask for one by one, the kernel reads ahead as it would."""
+    def _ask_for_positions(self, indices: np.ndarray) -> None:
+        """The pages of the mapped positions a window's events are looked up in, those not
+        in memory, asked for at once (`read_advice.will_need`): one fault after another,
+        each with the kernel's read-ahead around it (8 MiB here), read ~50 MB for a cold
+        0.1 % window of an 8 GiB trace. Too many runs: the kernel reads ahead as it would."""
         p = self.positions
-        if p is None:
-            yield
-            return
-        with random_reads([p.starts, p.lengths]) as advised:
-            if not all([will_need(p.starts, indices), will_need(p.lengths, indices)]):
-                advised.leave()
-            yield
+        if p is not None and cold(p.starts, indices):  # a warm zoom need not look (`read_advice.cold`)
+            will_need(p.starts, indices)
+            will_need(p.lengths, indices)
 
     def _kept_so_far(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],
                      ) -> Optional[tuple[BlockStore, Optional[int]]]:

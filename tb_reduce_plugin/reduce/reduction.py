@@ -43,7 +43,7 @@ from ..model import (
     ph_in,
     time_span,
 )
-from ..read_advice import random_reads, will_need
+from ..read_advice import cold, random_reads, will_need
 from ..scan_pieces import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
 from ..sorting import order_by, sample_bytes
@@ -235,11 +235,10 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
 # held ~1.1 GB and took 6.3 s for the whole of a 27.7 M-event XSpace, where the chunked
 # pass held 0.3 GB and took 4.4 s; at 16 GiB a tenth of the trace costs the two alike.
 WINDOW_PATH_SHARE = 0.125
-# A window plan reading at most this many rows through the window index reads them without
-# read-ahead (`read_advice`): after a restart with the page cache cold, an 8 GiB trace's
-# 0.1 % window (~25 k rows) read 10 MB instead of 680 MB, and its 1 % window (~250 k rows)
-# took 0.37-0.50 s instead of 0.53-0.62 s; its 10 % window (~2.5 M rows) took 2.3-2.5 s
-# without read-ahead against 1.0-1.1 s with it.
+# A window plan reading at most this many rows through the window index asks for their
+# pages at once (`read_advice.will_need`) before it reads them; more are left to the
+# kernel's read-ahead (an 8 GiB trace's cold 10 % window, ~2.5 M rows, took 1.8-2.0 s
+# asked for in small runs against 1.1-1.2 s read ahead).
 RANDOM_READ_ROWS = 1 << 20
 
 
@@ -277,14 +276,11 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     if start_us is not None or end_us is not None:  # a window: its rows found by search, not a pass
         wi = window_index(t)
         if wi is not None:
-            # Its searches touch pages at random: no read-ahead for them, nor for the rows of
-            # a narrow window (`read_advice`); the rows of a wide one are read with it.
-            with random_reads(_table_arrays(t)) as advised:
+            with random_reads(_table_arrays(t)):  # its searches touch pages at random (`read_advice`)
                 rows = wi.rows_within(t, slices_of(t), t0, t1)
-                if rows <= WINDOW_PATH_SHARE * len(t):
-                    if rows > RANDOM_READ_ROWS:
-                        advised.leave()
-                    return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep)
+            if rows <= WINDOW_PATH_SHARE * len(t):
+                return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep,
+                                    narrow=rows <= RANDOM_READ_ROWS)
     sl = slices_of(t)
     st = _static(t, sl)
     whole = start_us is None and end_us is None
@@ -423,17 +419,18 @@ def prepare_window_index(t: EventTable) -> WindowIndex:
 
 
 def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: float, resolution: Optional[int],
-                 grow: Optional[Grow], max_keep: Optional[int]) -> Optional[Plan]:
+                 grow: Optional[Grow], max_keep: Optional[int], narrow: bool = False) -> Optional[Plan]:
     """`plan_within` of a window, from the rows the window index finds in it: the events in
     the window other than slices, and the slices overlapping it. Each rule is the whole
     table's, on those rows; what it keeps is the same, event for event (the tests compare)."""
     sl = slices_of(t)
     pts = wi.points_within(t, t0, t1)  # in_window, less the slices' own events
     ov = wi.slices_overlapping(sl, t0, t1)
-    for column in (t.ph, t.ts, t.track, t.flow_key, _static(t, sl).handled):  # their pages at once (`read_advice`)
-        will_need(column, pts)
-    for column in (sl.start, sl.end, sl.dur, sl.track, sl.name, sl.event, sl.partner):
-        will_need(column, ov)
+    if narrow and (cold(t.ph, pts) or cold(sl.track, ov)):  # the pages of its few rows asked for at once
+        for column in (t.ph, t.ts, t.track, t.flow_key, _static(t, sl).handled):  # (`read_advice`)
+            will_need(column, pts)
+        for column in (sl.start, sl.end, sl.dur, sl.track, sl.name, sl.event, sl.partner):
+            will_need(column, ov)
     overlaps = np.zeros(len(sl), dtype=bool)
     overlaps[ov] = True
     partner = sl.partner[ov]

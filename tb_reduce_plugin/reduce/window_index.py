@@ -43,7 +43,6 @@ import numpy as np
 from ..index.prepared import prepared_of
 from ..mapped import Appended, scratch_array, spill
 from ..model import PH_B, PH_E, PH_X, EventTable, ph_in
-from ..read_advice import will_need, will_need_span
 from ..slices import SliceTable
 from ..sorting import order_by, sample_bytes, search_by
 
@@ -80,7 +79,6 @@ class WindowIndex:
     def points_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
         """The timed non-slice events of `t` with t0 <= ts <= t1, in event order."""
         a, b = self._point_run(t, t0, t1)
-        will_need_span(self.points, a, b)  # the run's pages asked for at once (`read_advice`)
         return np.sort(np.asarray(self.points[a:max(a, b)]))
 
     def _point_run(self, t: EventTable, t0: float, t1: float) -> tuple[int, int]:
@@ -116,13 +114,8 @@ class WindowIndex:
         starting from t0 less the tier's extent (widened by float noise) up to t1, then
         the exact test."""
         parts = []
-        runs = self._tier_runs(sl, t0, t1)
-        for a, b in runs:  # every run's pages asked for at once (`read_advice`), then read
-            will_need_span(self.tier_order, a, b)
-        for a, b in runs:
+        for a, b in self._tier_runs(sl, t0, t1):
             idx = np.asarray(self.tier_order[a:b])
-            will_need(sl.start, idx)
-            will_need(sl.end, idx)
             parts.append(idx[(sl.start[idx] <= t1) & (sl.end[idx] >= t0)])
         if not parts:
             return np.zeros(0, dtype=np.int64)
