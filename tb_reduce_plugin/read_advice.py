@@ -10,14 +10,13 @@ Advised `MADV_RANDOM` for the plan, the same window read 10-12 MB in ~1,000 one-
 faults (0.11-0.12 s).
 
 The same advice makes a long sequential read slow (a page a fault: a 10 % window took
-2.3-2.5 s against 1.0-1.1 s), and a warm one too (no fault-around: a warm 1 % window's
-plan took 0.21 s against 0.08 s). So it is given only for a window's searches
-(`random_reads`), and the rows a narrow window then reads are asked for at once, those
-not in memory (`will_need`); the whole-table passes of queries and plans, and a wide
-window's rows, keep the kernel's read-ahead. Mappings are shared by every request of a
-process, so the advice is counted per mapping: it goes back to normal when the last
-search that asked for it is done. It only changes what is read ahead, never
-what a read returns (a no-op where `madvise` is not to be had).
+2.3-2.5 s against 1.0-1.1 s), so it is given for a window's searches and for the plan of
+a narrow window (`random_reads`, `Advised.leave`), whose rows are then asked for at once
+when a sample of their pages is not in memory (`cold`, `will_need`); the whole-table
+passes of queries and plans, and a wide window's rows, keep the kernel's read-ahead.
+Mappings are shared by every request of a process, so the advice is counted per mapping:
+it goes back to normal when the last plan that asked for it is done. It only changes
+what is read ahead, never what a read returns (a no-op where `madvise` is not to be had).
 """
 
 from __future__ import annotations

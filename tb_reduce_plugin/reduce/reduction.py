@@ -235,10 +235,10 @@ def plan(t: EventTable, level: int, start_us: Optional[float] = None, end_us: Op
 # held ~1.1 GB and took 6.3 s for the whole of a 27.7 M-event XSpace, where the chunked
 # pass held 0.3 GB and took 4.4 s; at 16 GiB a tenth of the trace costs the two alike.
 WINDOW_PATH_SHARE = 0.125
-# A window plan reading at most this many rows through the window index asks for their
-# pages at once (`read_advice.will_need`) before it reads them; more are left to the
-# kernel's read-ahead (an 8 GiB trace's cold 10 % window, ~2.5 M rows, took 1.8-2.0 s
-# asked for in small runs against 1.1-1.2 s read ahead).
+# A window plan reading at most this many rows through the window index reads them without
+# read-ahead, their pages asked for at once when not in memory (`read_advice`); more are
+# left to the kernel's read-ahead (an 8 GiB trace's cold 10 % window, ~2.5 M rows, took
+# 2.3-2.5 s a page a fault and 1.8-2.0 s asked for in small runs, against 1.0-1.2 s).
 RANDOM_READ_ROWS = 1 << 20
 
 
@@ -276,11 +276,15 @@ def plan_within(t: EventTable, level: int, start_us: Optional[float] = None, end
     if start_us is not None or end_us is not None:  # a window: its rows found by search, not a pass
         wi = window_index(t)
         if wi is not None:
-            with random_reads(_table_arrays(t)):  # its searches touch pages at random (`read_advice`)
+            # Its searches touch pages at random: no read-ahead for them, nor for the rest of a
+            # narrow window's plan (`read_advice`); the rows of a wide one are read with it.
+            with random_reads(_table_arrays(t)) as advised:
                 rows = wi.rows_within(t, slices_of(t), t0, t1)
-            if rows <= WINDOW_PATH_SHARE * len(t):
-                return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep,
-                                    narrow=rows <= RANDOM_READ_ROWS)
+                if rows <= WINDOW_PATH_SHARE * len(t):
+                    if rows > RANDOM_READ_ROWS:
+                        advised.leave()
+                    return _plan_window(t, wi, level, t0, t1, resolution, grow, max_keep,
+                                        narrow=rows <= RANDOM_READ_ROWS)
     sl = slices_of(t)
     st = _static(t, sl)
     whole = start_us is None and end_us is None
