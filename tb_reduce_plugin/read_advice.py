@@ -65,9 +65,12 @@ def _ranges(arrays: Iterable[Any]) -> list[tuple[int, int]]:
     found = set()
     for a in arrays:
         m = _mapping(a) if isinstance(a, np.ndarray) else None
-        if m is not None and not m.closed and len(m):
-            at = np.frombuffer(m, dtype=np.uint8).ctypes.data  # a view: no copy; mappings start on a page
-            found.add((at, at + -(-len(m) // _PAGE) * _PAGE))
+        try:
+            if m is not None and not m.closed and len(m):
+                at = np.frombuffer(m, dtype=np.uint8).ctypes.data  # a view: no copy; mappings start on a page
+                found.add((at, at + -(-len(m) // _PAGE) * _PAGE))
+        except (ValueError, BufferError):  # closed meanwhile (its index let go): nothing to advise
+            continue
     return sorted(found)
 
 

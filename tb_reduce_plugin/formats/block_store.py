@@ -288,10 +288,9 @@ class BlockStore:
     def _prefetch(self, lo_chunk: np.ndarray, hi_chunk: np.ndarray) -> None:
         """Ask the kernel for the compressed bytes of the chunks [lo_chunk[i], hi_chunk[i]]
         at once, run by run of chunks, before they are read one by one: the reads then
-        wait for exactly those bytes, not for the read-ahead a miss starts (up to
-        `read_ahead_kb` past each: a cold 0.1 % window of an 8 GiB trace read ~50 MB of
-        this file for ~1 MB of chunks). Past `_PREFETCH_BYTES` in all, the kernel reads
-        ahead as it would (a wide read is one long run anyway)."""
+        wait for those bytes in one round of I/O rather than a miss at a time, each with
+        the read-ahead it starts (up to `read_ahead_kb`). Past `_PREFETCH_BYTES` in all,
+        the kernel reads ahead as it would (a wide read is one long run anyway)."""
         if not len(lo_chunk) or not hasattr(os, "posix_fadvise"):
             return
         need = np.zeros(len(self._offsets), dtype=np.int64)  # +1 where a run of chunks starts, -1 past its end

@@ -161,7 +161,6 @@ def _check_files(folder: str, files: dict, allowed: Callable[[str], bool], stamp
     return unchanged
 
 
-
 def _remove_blocks(folder: str) -> None:
     """Drop the kept text of a stored index (its manifest first gone with the rest)."""
     for name in (_BLOCKS, *_BLOCK_FILES, *_TIER_FILES):
