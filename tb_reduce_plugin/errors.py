@@ -39,6 +39,12 @@ class IndexDamaged(TraceError):
     thrown away; the caller reads the trace again."""
 
 
+class KeptTextDamaged(IndexDamaged):
+    """A chunk of the text kept beside an index does not read back as written (changed on
+    disk after it was checked): its source drops the kept text and the caller reads the
+    trace again, as for a cut index file."""
+
+
 class ObjectStoreError(TraceError):
     """An object store (an `s3://` or `gs://` logdir) could not be listed or read: not
     reachable, no such bucket, permission refused, its client not installed. The trace

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Optional
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import KeptTextDamaged, TraceError
 from ..mapped import ColumnFiles, SpillFailed
 from ..native import scanner_module
 from . import kept_codec
@@ -314,7 +314,7 @@ class BlockStore:
         size = self._firsts[c + 1] - self._firsts[c]
         text = kept_codec.decompress(os.pread(self._fd, hi - lo, lo), size)
         if len(text) != size:
-            raise TraceError("a kept chunk is damaged (it holds another length than its table says)")
+            raise KeptTextDamaged("a kept chunk is damaged (it holds another length than its table says)")
         return text
 
 

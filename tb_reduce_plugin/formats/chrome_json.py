@@ -20,6 +20,7 @@ of whitespace and commas are skipped by regex, in C, however long.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -33,7 +34,7 @@ from typing import Any, Callable, Iterator, List, Optional, TypeVar
 import msgspec
 import numpy as np
 
-from ..errors import FileChanged, TraceError
+from ..errors import FileChanged, KeptTextDamaged, TraceError
 from ..mapped import SpillFailed
 from ..model import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
@@ -750,10 +751,12 @@ class ChromeJsonEvents:
         if store is not None and self.positions is not None:
             self._ask_for_positions(indices)
             starts, ends = self._spans(indices)
-            yield from store.copy_events(indices, starts, ends)
+            with self._dropped_if_damaged(store):
+                yield from store.copy_events(indices, starts, ends)
             return
         if store is not None:
-            yield from store.events(indices)
+            with self._dropped_if_damaged(store):
+                yield from store.events(indices)
             return
         plain = self._in_place()
         if plain is not None:  # a plain file: read where the events lie, nothing kept
@@ -794,6 +797,21 @@ class ChromeJsonEvents:
                 builder.close(remove=True)
             if acquired:
                 self._building.release()
+
+    @contextlib.contextmanager
+    def _dropped_if_damaged(self, store: BlockStore) -> Iterator[None]:
+        """A kept chunk that does not read back (`KeptTextDamaged`, changed on disk since it
+        was checked) drops the kept text: the error goes on to the caller, which reads the
+        trace again (the server tries the request once more), and the next full pass keeps
+        the text anew. Never a wrong event, nor the same error for every later window."""
+        try:
+            yield
+        except KeptTextDamaged as exc:
+            if self._store is store:
+                self._store = None
+                log.warning("tb_reduce: the text kept of %s is damaged (%s); it is read from the trace again",
+                            os.path.basename(self.path), str(exc))
+            raise
 
     def _ask_for_positions(self, indices: np.ndarray) -> None:
         """The pages of the mapped positions a window's events are looked up in, those not

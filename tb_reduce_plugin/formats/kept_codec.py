@@ -21,7 +21,7 @@ from typing import Any
 
 import zstandard
 
-from ..errors import TraceError
+from ..errors import KeptTextDamaged
 
 CODEC = "zstd"  # named in the index store's manifest of kept blocks: another codec's store is made again
 LEVEL = -3
@@ -43,15 +43,15 @@ def compress(text: Any) -> bytes:
 
 
 def decompress(frame: bytes, limit: int) -> bytes:
-    """The text of one frame written by `compress`, at most `limit` bytes; `TraceError` when
-    the frame is damaged, says it holds more, or holds another length than it says."""
+    """The text of one frame written by `compress`, at most `limit` bytes; `KeptTextDamaged`
+    when the frame is damaged, says it holds more, or holds another length than it says."""
     try:
         size = zstandard.frame_content_size(frame)
         if size < 0 or size > limit:
-            raise TraceError(f"a kept chunk is damaged (it claims {size} bytes)")
+            raise KeptTextDamaged(f"a kept chunk is damaged (it claims {size} bytes)")
         text = _contexts()[1].decompress(frame, max_output_size=limit, allow_extra_data=False)
     except zstandard.ZstdError as exc:
-        raise TraceError(f"a kept chunk is damaged ({exc})") from None
+        raise KeptTextDamaged(f"a kept chunk is damaged ({exc})") from None
     if len(text) != size:
-        raise TraceError("a kept chunk is damaged (its length is not the one it says)")
+        raise KeptTextDamaged("a kept chunk is damaged (its length is not the one it says)")
     return text

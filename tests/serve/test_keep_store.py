@@ -249,3 +249,28 @@ def test_the_index_writers_jobs_wait_until_the_text_is_kept(gz_trace: Path, tmp_
     assert order[0] == "text kept" and "prepared saved" in order
     folder = stored_folder(service.store, gz_trace)
     assert (folder / "blocks.json").is_file()
+
+
+def test_kept_text_changed_on_disk_while_served_is_dropped_and_the_window_read_from_the_trace(
+        gz_trace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Bytes of the kept text flipped under a running server (after it was checked): the
+    window that meets them is answered from the trace, exactly, with a warning; the kept
+    text is dropped, so later windows are not refused one after another."""
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    host = host_of(gz_trace)
+    service.reduction("run", host, 2, None, None)
+    service.wait_saved()
+    source = service.on_index(service.trace_file("run", host), lambda i: i.source)
+    assert source.has_store
+    path = Path(source._store.path)
+    data = bytearray(path.read_bytes())
+    for at in range(64, len(data), 4096):  # every chunk's frame, in place, the size unchanged
+        data[at] ^= 0x5A
+    with open(path, "r+b") as f:
+        f.write(bytes(data))
+    window = a_window(service, host)
+    got = service.reduction("run", host, 0, *window)  # level 0: every event's JSON in the window
+    assert body(got) == expected(gz_trace, tmp_path, 0, window)
+    assert "kept of" in caplog.text and "damaged" in caplog.text
+    later = (window[1], window[1] + (window[1] - window[0]))
+    assert body(service.reduction("run", host, 1, *later)) == expected(gz_trace, tmp_path / "later", 1, later)
