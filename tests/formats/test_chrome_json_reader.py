@@ -165,6 +165,29 @@ def test_trace_events_may_appear_anywhere_among_the_top_level_keys(tmp_path: Pat
     assert list(reader.metadata) == ["schemaVersion", "deviceProperties", "traceName", "stackFrames", "samples"]
 
 
+def test_a_list_closed_before_a_member_full_of_event_ends_is_decoded_once(tmp_path: Path) -> None:
+    """Fuchsia's traces end with `systemTraceEvents`, a string of escaped events: every
+    `},{` in it looked like the end of a block, and each was tried (a decode of the whole
+    block each, 16 of them). The list's close is where the decoder says it is."""
+    evs = events(300)
+    tail = json.dumps([{"ph": "k", "ts": i, "in": {"pid": 0}, "out": {"pid": i}} for i in range(2000)])
+    doc = {"traceEvents": evs, "systemTraceEvents": tail, "after": [{"a": "},{"}]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    decoded = []
+
+    def counting(text):
+        decoded.append(len(text))
+        return raw_list(text)
+
+    with TraceStream(p) as stream:
+        reader = ChromeJsonReader(stream, block_size=1 << 20)
+        got = [json.loads(bytes(r)) for block in reader.blocks(counting) for r in block]
+    assert got == evs
+    assert reader.metadata == {"systemTraceEvents": tail, "after": [{"a": "},{"}]}
+    assert len(decoded) == 2, decoded  # the whole buffer once (it closes early), then the list alone
+
+
 def test_array_format_in_gzip_is_read(tmp_path: Path) -> None:
     p = tmp_path / "t.json.weird"
     p.write_bytes(gzip.compress(json.dumps(events(10)).encode()))
