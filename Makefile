@@ -38,7 +38,9 @@ test: venv lint
 # and signals), the object store (bucket I/O), HTTP routes, budgets, caches, discovery,
 # workers, scalars, waveforms, queries over a table (search, range tables, their chunks),
 # window plans, the prepared state made in chunks, the fold on two threads and the chunked
-# fold (`test_plan_memory`'s, compared against a whole-track fold on the same busy path).
+# fold (`test_plan_memory`'s, compared against a whole-track fold on the same busy path);
+# and the suites that switch the native code on and off themselves (both ways, the scan in
+# pieces, the fuzzer: the very runs of `make test`, and `make asan` runs them again).
 # That keeps CI well under 30 minutes.
 PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/formats/test_objectstore_s3.py \
 	tests/test_budget*.py tests/test_package_layers.py tests/serve/test_cache.py tests/serve/test_discovery.py \
@@ -46,7 +48,8 @@ PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/format
 	tests/serve/test_tensorboard_e2e.py tests/multihost/test_multihost_[!r]*.py tests/profile_tab/*.py \
 	tests/query/*.py tests/reduce/test_view_resolution.py tests/reduce/test_window_plans.py \
 	tests/reduce/test_fold_threads.py tests/reduce/test_binding_ahead.py tests/index/test_prepared_in_chunks.py \
-	tests/waveforms/*.py tests/formats/test_jax_export_cap.py
+	tests/waveforms/*.py tests/formats/test_jax_export_cap.py \
+	tests/test_native_scanner.py tests/test_scan_pieces.py tests/test_native_fuzz.py tests/formats/test_xspace_native.py
 test-pure: venv
 	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto tests $(foreach g,$(PURE_SKIP),--ignore-glob='$(g)') \
 		--deselect tests/reduce/test_plan_memory.py::test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks \

@@ -1353,7 +1353,8 @@ class _Reduction:
         assert 2 <= len(busy) <= spans and first + len(busy) - 1 <= win.last, (
             f"{where}: args.busy has {len(busy)} digits for buckets {loose}"
         )
-        low, high = _busy_per_bucket(d, win), _busy_per_bucket(d + p, win)
+        low = _busy_per_bucket(d, win)
+        high = _busy_per_bucket(d + p, win) if p else low  # most summaries share no slice
         for k, digit in enumerate(busy):
             want = [min(9, math.floor(b.get(first + k, 0.0) * 10 / win.theta)) for b in (low, high)]
             assert want[0] - 1 <= int(digit) <= want[1] + 1, (

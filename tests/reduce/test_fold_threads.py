@@ -9,10 +9,8 @@ import threading
 
 import numpy as np
 import pytest
-from oracle_traces import oracle_traces
 
 from tb_reduce_plugin.reduce import reduction
-from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window, plan
 
 
@@ -27,13 +25,10 @@ def _plans(t, monkeypatch: pytest.MonkeyPatch, apart: bool, chunk: int) -> list:
 
 
 @pytest.mark.parametrize("chunk", [997, 1 << 18])
-def test_tracks_folded_on_two_threads_give_the_plan_of_folding_them_in_turn(monkeypatch, chunk) -> None:
+def test_tracks_folded_on_two_threads_give_the_plan_of_folding_them_in_turn(oracle_tables, monkeypatch,
+                                                                          chunk) -> None:
     compared = 0
-    for path in oracle_traces():
-        try:
-            t = index_file(path).table
-        except Exception:  # a corpus file the readers refuse is the sweep's concern, not this one's
-            continue
+    for _, t in oracle_tables:
         if len(np.unique(reduction.slices_of(t).track)) < 2:
             continue
         for a, b in zip(_plans(t, monkeypatch, True, chunk), _plans(t, monkeypatch, False, chunk)):
@@ -45,10 +40,9 @@ def test_tracks_folded_on_two_threads_give_the_plan_of_folding_them_in_turn(monk
     assert compared >= 6 * 3
 
 
-def test_an_error_while_folding_on_the_second_thread_is_raised_by_the_plan(monkeypatch) -> None:
+def test_an_error_while_folding_on_the_second_thread_is_raised_by_the_plan(oracle_tables, monkeypatch) -> None:
     """The memory budget refusing a summary (`grow`) while the second thread folds."""
-    tables = (index_file(p).table for p in oracle_traces())
-    t = next(t for t in tables if len(np.unique(reduction.slices_of(t).track)) >= 3)
+    t = next(t for _, t in oracle_tables if len(np.unique(reduction.slices_of(t).track)) >= 3)
     monkeypatch.setattr(reduction, "_FOLD_APART_FROM", 0)
     monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
 
