@@ -464,12 +464,12 @@ class ChromeJsonReader:
                     raise
                 except msgspec.DecodeError as exc:
                     msg = str(exc)
+                    at = _BYTE_AT.search(msg)
                     if "trailing characters" in msg:
-                        m = _BYTE_AT.search(msg)
-                        if m is not None:
-                            return self._decode_closed(decode, pos, int(m.group(1)))
+                        if at is not None:
+                            return self._decode_closed(decode, pos, int(at.group(1)))
                         continue  # the array closed before this cut: an earlier one
-                    failed, malformed = True, _BYTE_AT.search(msg) is not None
+                    failed, malformed = True, at is not None
                     if malformed or not self._checked:
                         break
                     continue
