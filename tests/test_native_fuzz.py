@@ -156,7 +156,10 @@ def test_mutated_trace_files_index_to_the_same_table_or_the_same_error_both_ways
         body = _mutate(rng, rng.choice(seeds))
         path = tmp_path / f"case{cases % 4}.json"
         path.write_bytes(b'{"traceEvents":' + body + (b"}" if rng.random() < 0.8 else b""))
-        diff = difference_both_ways(path)
+        try:
+            diff = difference_both_ways(path)
+        except Exception as exc:  # neither a table nor a TraceError: name the case to replay
+            raise AssertionError(f"seed {seed}, case {cases}: {type(exc).__name__}: {exc}\n{body[:300]!r}") from exc
         assert diff is None, f"seed {seed}, case {cases}: {diff}\n{body[:300]!r}"
         cases += 1
     assert cases > 10

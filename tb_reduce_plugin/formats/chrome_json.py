@@ -466,9 +466,15 @@ class ChromeJsonReader:
                     msg = str(exc)
                     at = _BYTE_AT.search(msg)
                     if "trailing characters" in msg:
-                        if at is not None:
+                        if at is None:
+                            continue  # the array closed before this cut: an earlier one
+                        try:
                             return self._decode_closed(decode, pos, int(at.group(1)))
-                        continue  # the array closed before this cut: an earlier one
+                        except msgspec.ValidationError:
+                            raise
+                        except msgspec.DecodeError:  # undecodable text before the close: unchecked yet
+                            failed, malformed = True, True
+                            break
                     failed, malformed = True, at is not None
                     if malformed or not self._checked:
                         break
@@ -557,7 +563,14 @@ class ChromeJsonReader:
         buf = self._buf
         n = len(bytes(buf[pos - 1:pos - 2 + trailing]).rstrip(_WS))
         self.decoding_at = self._base + pos - 1
-        events = decode(bytes(buf[pos - 1:pos - 1 + n]))
+        try:
+            events = decode(bytes(buf[pos - 1:pos - 1 + n]))
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as exc:
+            if not self._checked:
+                raise  # maybe undecodable bytes in a string: `_decode_block` cleans the buffer and retries
+            raise TraceError(f"malformed JSON in the event list: {str(exc).split(' (byte')[0]}") from None
         self._pos = pos + n - 2
         return events
 

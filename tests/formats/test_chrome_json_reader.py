@@ -188,6 +188,21 @@ def test_a_list_closed_before_a_member_full_of_event_ends_is_decoded_once(tmp_pa
     assert len(decoded) == 2, decoded  # the whole buffer once (it closes early), then the list alone
 
 
+@pytest.mark.parametrize("after", [b"}", b', "x": 1}', b', "x": "},{"}'])
+def test_invalid_utf8_before_an_early_close_is_replaced_not_raised(tmp_path: Path, after: bytes) -> None:
+    """Found by the fuzzer in CI: an odd-typed event sends a block to the lenient path,
+    whose list decode skips strings unchecked and reports the close; decoding the events
+    up to it then met the invalid byte. The buffer is cleaned (U+FFFD) as anywhere else."""
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [{"name": "a", "ph": "X", "ts": [1], "pid": 1, "tid": 1},'
+                  b' {"name": "b\xff", "ph": "X", "ts": 2, "dur": 1, "pid": 1, "tid": 1}]' + after)
+    with TraceStream(p) as stream:
+        reader = ChromeJsonReader(stream, block_size=1 << 20)
+        got = [e for block in reader.blocks(decode_events) for e in block]
+    assert [e.name for e in got] == ["a", "b\ufffd"]
+    assert got[1].ts == 2 and reader.rewritten
+
+
 def test_array_format_in_gzip_is_read(tmp_path: Path) -> None:
     p = tmp_path / "t.json.weird"
     p.write_bytes(gzip.compress(json.dumps(events(10)).encode()))
