@@ -188,6 +188,39 @@ def test_a_list_closed_before_a_member_full_of_event_ends_is_decoded_once(tmp_pa
     assert len(decoded) == 2, decoded  # the whole buffer once (it closes early), then the list alone
 
 
+@pytest.mark.parametrize("tail", [
+    b'"' + b'\\"},{\\"' * 40_000 + b'"',             # a long string of escaped event ends, as Fuchsia writes
+    b'[' + b'1.5e300, ' * 20_000 + b'{"a": [null]}]',  # a long list
+    b'{"big": 123456789012345678901234567890, "nan": NaN, "inf": -Infinity}',  # the stdlib's own rules
+    b'"' + b'\xff\xfe' * 40_000 + b'"',               # invalid UTF-8: replaced
+    b'"\\ud800 ' + b'x' * 70_000 + b'"',              # a lone surrogate escape: replaced
+])
+def test_a_long_top_level_value_after_the_list_reads_as_the_stdlib_reads_it(tmp_path: Path, tail: bytes) -> None:
+    """msgspec finds where a member's value ends, then the stdlib decodes those bytes once
+    (it was tried on 64 KiB, then on twice as much while the value went on)."""
+    p = tmp_path / "t.json"
+    head = json.dumps({"traceEvents": events(3)})[:-1].encode()
+    p.write_bytes(head + b', "tail": ' + tail + b', "last": 7}')
+    calls = []
+    real = json.JSONDecoder.raw_decode
+
+    def counting(self, text, idx=0):
+        calls.append(len(text))
+        return real(self, text, idx)
+
+    json.JSONDecoder.raw_decode = counting
+    try:
+        got, reader = read_all(p, 4096)
+    finally:
+        json.JSONDecoder.raw_decode = real
+    expected = json.loads(tail.decode("utf-8", "replace").replace("\\ud800", "\ufffd"))
+    assert got == events(3)
+    assert reader.metadata["last"] == 7
+    assert reader.metadata["tail"] == expected or (expected != expected)
+    if tail[:1] in b'"[' and b"\\u" not in tail and b"\xff" not in tail:  # not one msgspec refuses
+        assert sum(1 for n in calls if n > 64 * 1024) == 1, calls  # the long value decoded once
+
+
 @pytest.mark.parametrize("after", [b"}", b', "x": 1}', b', "x": "},{"}'])
 def test_invalid_utf8_before_an_early_close_is_replaced_not_raised(tmp_path: Path, after: bytes) -> None:
     """Found by the fuzzer in CI: an odd-typed event sends a block to the lenient path,
