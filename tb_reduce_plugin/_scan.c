@@ -1588,9 +1588,9 @@ done:
  * against zero. The eight-byte loop of `braces` counts what is left (all of it elsewhere).
  * The block was counted at ~5 GB/s eight bytes at a time: ~0.2 s of the scanning thread's
  * time for a 1 GiB trace. */
-__attribute__((target("avx2"))) static Py_ssize_t braces_avx2(const uint8_t **pp, const uint8_t *end) {
+__attribute__((target("avx2"))) static Py_ssize_t bytes_avx2(const uint8_t **pp, const uint8_t *end, uint8_t byte) {
     const uint8_t *p = *pp;
-    const __m256i brace = _mm256_set1_epi8('{'), zero = _mm256_setzero_si256();
+    const __m256i brace = _mm256_set1_epi8((char)byte), zero = _mm256_setzero_si256();
     __m256i total = zero;
     while (end - p >= 32) {
         __m256i acc = zero;
@@ -1611,27 +1611,23 @@ static void init_cpu(void) {
     have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
 }
 
-static Py_ssize_t braces_wide(const uint8_t **pp, const uint8_t *end) {
-    return have_avx2 ? braces_avx2(pp, end) : 0;  /* without AVX2: the eight-byte loop counts it all */
+static Py_ssize_t bytes_wide(const uint8_t **pp, const uint8_t *end, uint8_t byte) {
+    return have_avx2 ? bytes_avx2(pp, end, byte) : 0;  /* without AVX2: the eight-byte loop counts it all */
 }
 #else
 static void init_cpu(void) {}
 
-static Py_ssize_t braces_wide(const uint8_t **pp, const uint8_t *end) {
+static Py_ssize_t bytes_wide(const uint8_t **pp, const uint8_t *end, uint8_t byte) {
     (void)pp;
     (void)end;
+    (void)byte;
     return 0;
 }
 #endif
 
-static PyObject *braces(PyObject *mod, PyObject *arg) {
-    (void)mod;
-    Py_buffer text;
-    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *p = text.buf, *end = p + text.len;
-    Py_ssize_t n = 0;
-    Py_BEGIN_ALLOW_THREADS
-    n = braces_wide(&p, end);
+/* How many bytes of [p, end) are `byte` (no GIL needed: plain memory). */
+static Py_ssize_t count_bytes(const uint8_t *p, const uint8_t *end, uint8_t byte) {
+    Py_ssize_t n = bytes_wide(&p, end, byte);
     /* Eight bytes at a time: a byte of w ^ "{{{{{{{{" is zero exactly where w holds '{';
      * (x & 0x7f..) + 0x7f.. sets the high bit of every non-zero low part, so after or-ing x
      * back in, the high bits left clear are the zero bytes. Shifted down, each is a 1 in
@@ -1643,14 +1639,48 @@ static PyObject *braces(PyObject *mod, PyObject *arg) {
         for (int k = 0; k < 255 && end - p >= 8; k++, p += 8) {
             uint64_t w, x;
             memcpy(&w, p, 8);
-            x = w ^ (ONES * '{');
+            x = w ^ (ONES * byte);
             lanes += (~(((x & low7) + low7) | x | low7) >> 7) & ONES;
         }
         /* each lane is at most 255: the sum of the eight fits the top byte of the product */
         n += (Py_ssize_t)(((lanes & 0x00FF00FF00FF00FFULL) + ((lanes >> 8) & 0x00FF00FF00FF00FFULL)) *
                           0x0001000100010001ULL >> 48);
     }
-    for (; p < end; p++) n += *p == '{';
+    for (; p < end; p++) n += *p == byte;
+    return n;
+}
+
+static PyObject *braces(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    Py_buffer text;
+    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    n = count_bytes(text.buf, (const uint8_t *)text.buf + text.len, '{');
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    return PyLong_FromSsize_t(n);
+}
+
+PyDoc_STRVAR(count_byte_doc,
+"count_byte(text, byte) -> int\n\n"
+"How many bytes of the buffer `text` equal `byte` (0-255): `bytes.count` of one byte, 32 at\n"
+"a time where the CPU has AVX2 (an XSpace's lines are counted for their events' tag twice\n"
+"before they are walked: ~30 ms a pass of 80 MB by `bytes.count`).");
+
+static PyObject *count_byte(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer text;
+    int byte;
+    if (!PyArg_ParseTuple(args, "y*i", &text, &byte)) return NULL;
+    if (byte < 0 || byte > 255) {
+        PyBuffer_Release(&text);
+        PyErr_SetString(PyExc_ValueError, "count_byte: the byte must be 0-255");
+        return NULL;
+    }
+    Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    n = count_bytes(text.buf, (const uint8_t *)text.buf + text.len, (uint8_t)byte);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&text);
     return PyLong_FromSsize_t(n);
@@ -2024,6 +2054,7 @@ static PyMethodDef module_methods[] = {
     {"args_may_need_cut", args_may_need_cut, METH_VARARGS, args_may_need_cut_doc},
     {"events_may_need_cut", events_may_need_cut, METH_VARARGS, events_may_need_cut_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
+    {"count_byte", count_byte, METH_VARARGS, count_byte_doc},
     {NULL, NULL, 0, NULL},
 };
 

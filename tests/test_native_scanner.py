@@ -5,6 +5,7 @@ pids, flows, counters, step markers, metadata), and on text it must leave alone.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -436,3 +437,27 @@ def test_braces_counted_thirty_two_bytes_at_a_time_are_every_brace_at_any_length
             part = memoryview(text)[offset:offset + n]
             assert module.braces(part) == bytes(part).count(b"{"), (n, offset)
     assert module.braces(b"{" * (255 * 32 * 3 + 5)) == 255 * 32 * 3 + 5  # every lane full, every round
+
+
+@pytest.mark.parametrize("byte", [0x0A, 0x00, 0xFF, ord("{"), 0x80])
+def test_count_byte_is_bytes_count_of_any_byte_at_any_length_and_offset(byte: int, tmp_path: Path) -> None:
+    """`count_byte`, the same counter for any byte (an XSpace's event tags): as `bytes.count`
+    at the lengths around its vector, eight-byte and one-byte edges, at every offset, in a
+    mapping too; a byte outside 0-255 is refused."""
+    rng = np.random.default_rng(byte)
+    alphabet = np.frombuffer(bytes([byte, byte, byte ^ 1, byte ^ 0x80, 0x0A, 0]), dtype=np.uint8)
+    with native(True):
+        module = native_module.scanner_module()
+    for n in [0, 1, 7, 8, 9, 31, 32, 33, 255 * 32 - 1, 255 * 32, 255 * 32 + 1, 100_003]:
+        text = rng.choice(alphabet, n + 40).tobytes()
+        for offset in range(0, 40, 7):
+            part = memoryview(text)[offset:offset + n]
+            assert module.count_byte(part, byte) == bytes(part).count(bytes([byte])), (n, offset)
+    assert module.count_byte(bytes([byte]) * (255 * 32 * 2 + 9), byte) == 255 * 32 * 2 + 9
+    path = tmp_path / "mapped"
+    path.write_bytes(text)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with memoryview(mapped) as view, view[5:-3] as part:
+            assert module.count_byte(part, byte) == text[5:-3].count(bytes([byte]))
+    with pytest.raises(ValueError):
+        module.count_byte(b"x", 256)

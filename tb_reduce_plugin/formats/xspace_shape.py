@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..errors import TraceError
+from ..native import scanner_module
 
 # XSpace: planes 1, errors 2, warnings 3, hostnames 4. XPlane: lines 3, event_metadata 4,
 # stat_metadata 5, stats 6 (id 1 and name 2 are scalars). XLine: events 4 (tag 0x22).
@@ -136,8 +137,14 @@ _COUNT_CHUNK = 1 << 22
 
 
 def _count(data: Any, byte: bytes, start: int, end: int) -> int:
-    """`data.count(byte, start, end)`, also for a mapping (which has no `count`): read
+    """`data.count(byte, start, end)`, also for a mapping (which has no `count`): natively
+    (`_scan.count_byte`, 32 bytes at a time: each line is counted twice, by `scan` and by
+    `plane_lines`, ~60 ms of a 2 M-event file's ~0.5 s read by `bytes.count`), else read
     4 MiB at a time, so counting a line of 1 GB holds 4 MiB."""
+    module = scanner_module()
+    if module is not None:
+        with memoryview(data) as view, view[start:end] as part:
+            return module.count_byte(part, byte[0])
     if isinstance(data, bytes):
         return data.count(byte, start, end)
     return sum(data[a:min(a + _COUNT_CHUNK, end)].count(byte) for a in range(start, end, _COUNT_CHUNK))
