@@ -1459,7 +1459,7 @@ def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, 
     """
     if STEP_STAT not in line.plane.stat_names.values() or not len(mids):
         return []
-    ids, firsts = np.unique(mids, return_index=True)
+    ids, firsts = _first_of_each(mids)
     ids, firsts = ids[:_MAX_STEP_PROBES], firsts[:_MAX_STEP_PROBES]
     probes = _step_values(line, firsts)
     marking = ids[[v is not None for v in probes]] if len(probes) else ids[:0]
@@ -1467,6 +1467,22 @@ def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, 
         return []
     js = np.flatnonzero(np.isin(mids, marking))
     return [(first + j, v) for j, v in zip(js.tolist(), _step_values(line, js)) if v is not None]
+
+
+def _first_of_each(mids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(mids, return_index=True)`: each distinct id, ascending, and where it first
+    occurs. Metadata ids are small numbers (a JAX line of 830 k events holds ~25 of them,
+    1-49): over a range of ids no wider than a few times the events, a table of first
+    places made in one pass (~2 ms) instead of a sort (~20 ms a line, ~50 ms a 2 M-event
+    file, on the thread that builds the table)."""
+    lo, hi = int(mids.min()), int(mids.max())
+    n = len(mids)
+    if hi - lo > 4 * n + (1 << 16):
+        return np.unique(mids, return_index=True)
+    first = np.full(hi - lo + 1, n, dtype=np.int64)
+    np.minimum.at(first, (mids - lo).astype(np.intp, copy=False), np.arange(n, dtype=np.int64))
+    present = np.flatnonzero(first < n)
+    return (present + lo).astype(mids.dtype, copy=False), first[present]
 
 
 def _step_values(line: _Line, ks: np.ndarray) -> list[Optional[float]]:

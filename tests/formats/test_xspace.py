@@ -361,3 +361,19 @@ def test_events_decoded_in_many_small_chunks_on_threads_give_the_same_trace(monk
     monkeypatch.setattr(xspace, "_CHUNK", 7)
     monkeypatch.setattr(xspace, "_THREADS", 3)
     assert reduce_to_bytes(path, level=0) == whole
+
+
+def test_first_of_each_metadata_id_is_what_numpys_unique_says_for_any_ids() -> None:
+    """Step markers look at the first event of each metadata id: a table of first places
+    where the ids span a small range, `np.unique` elsewhere; the same ids, places and dtypes."""
+    from tb_reduce_plugin.formats.xspace import _first_of_each
+
+    rng = np.random.default_rng(3)
+    cases = [np.array([5], dtype=np.int64), np.array([3, 3, 1, 2, 1], dtype=np.int64), rng.integers(0, 50, 100_000),
+             rng.integers(1, 4, 7), rng.integers(-2**62, 2**62, 1000), rng.integers(0, 10**7, 50),
+             np.array([2**63 - 1, -2**63, 0], dtype=np.int64), np.array([7, 7, 7], dtype=np.uint32)]
+    for mids in cases:
+        ids, firsts = np.unique(mids, return_index=True)
+        got_ids, got_firsts = _first_of_each(mids)
+        assert got_ids.dtype == ids.dtype and got_firsts.dtype == firsts.dtype
+        assert np.array_equal(got_ids, ids) and np.array_equal(got_firsts, firsts)
