@@ -97,13 +97,26 @@ def build_slices(t: EventTable) -> SliceTable:
     The X slices are made a chunk of events at a time and their columns written into the
     table's scratch folder as they are made, if it has one (`mapped.Appended`), so making
     them holds a chunk, not ~30 B an event (1.4 GB for a 50 M-event trace); only B/E
-    events, which must be matched per track, are taken whole."""
+    events, which must be matched per track, are taken whole. Without a folder the slices
+    are counted first and their columns made in place (`Appended`'s `rows`): not made in
+    parts and copied whole again."""
     n = len(t.ph)
     index_type = np.int32 if n < 2**31 else np.int64  # 8 bytes a slice saved
+    be_parts: list[np.ndarray] = []
+    pairs = None
+    rows = None
+    if t.scratch is None:  # in memory: the slices counted first, so their columns are made in place
+        rows = 0
+        for a in range(0, n, CHUNK_EVENTS):
+            ph, ts = np.asarray(t.ph[a:a + CHUNK_EVENTS]), np.asarray(t.ts[a:a + CHUNK_EVENTS])
+            has_ts = ~np.isnan(ts)
+            rows += int(np.count_nonzero((ph == PH_X) & has_ts))
+            be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
+        pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
+        rows += len(pairs[0])
     cols = Appended(t.scratch, {"slice_start": np.float64, "slice_end": np.float64, "slice_dur": np.float64,
                                 "slice_event": index_type, "slice_track": t.track.dtype,
-                                "slice_name": t.name.dtype, "slice_partner": index_type}, "the slices")
-    be_parts = []
+                                "slice_name": t.name.dtype, "slice_partner": index_type}, "the slices", rows=rows)
     for a in range(0, n, CHUNK_EVENTS):
         ph, ts, dur = (np.asarray(c[a:a + CHUNK_EVENTS]) for c in (t.ph, t.ts, t.dur))
         has_ts = ~np.isnan(ts)
@@ -116,10 +129,12 @@ def build_slices(t: EventTable) -> SliceTable:
         cols.append({"slice_start": x_start, "slice_end": x_end, "slice_dur": dur_x, "slice_event": xs,
                      "slice_track": t.track[xs], "slice_name": t.name[xs],
                      "slice_partner": np.full(len(xs), -1, dtype=index_type)})
-        be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
+        if pairs is None:
+            be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
 
-    be = np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64)
-    b_idx, e_idx, unpaired = _pairs(t, be)
+    if pairs is None:
+        pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
+    b_idx, e_idx, unpaired = pairs
     cols.append({"slice_start": t.ts[b_idx], "slice_end": t.ts[e_idx], "slice_dur": t.ts[e_idx] - t.ts[b_idx],
                  "slice_event": b_idx, "slice_track": t.track[b_idx], "slice_name": t.name[b_idx],
                  "slice_partner": e_idx})
