@@ -1472,12 +1472,13 @@ def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, 
 def _first_of_each(mids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`np.unique(mids, return_index=True)`: each distinct id, ascending, and where it first
     occurs. Metadata ids are small numbers (a JAX line of 830 k events holds ~25 of them,
-    1-49): over a range of ids no wider than a few times the events, a table of first
-    places made in one pass (~2 ms) instead of a sort (~20 ms a line, ~50 ms a 2 M-event
-    file, on the thread that builds the table)."""
+    1-49): over a range of ids no wider than the events, a table of first places made in
+    one pass (~2 ms) instead of a sort (~20 ms a line, ~50 ms a 2 M-event file, on the
+    thread that builds the table); the table and the places (16 B an event at most) hold
+    no more than the sort's own work."""
     lo, hi = int(mids.min()), int(mids.max())
     n = len(mids)
-    if hi - lo > 4 * n + (1 << 16):
+    if hi - lo > n + (1 << 16):
         return np.unique(mids, return_index=True)
     first = np.full(hi - lo + 1, n, dtype=np.int64)
     np.minimum.at(first, (mids - lo).astype(np.intp, copy=False), np.arange(n, dtype=np.int64))
