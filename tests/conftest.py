@@ -42,6 +42,16 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(ROOT / ".hypothesis"))
 
 
+@pytest.fixture
+def no_background_work() -> None:
+    """The suites that measure a traced peak: tracemalloc counts every thread's allocations,
+    so a service an earlier test of the same worker left keeping a text or writing its index
+    put its 16 MiB reads into the peak measured here; they are waited for first."""
+    from tb_reduce_plugin.serve.service import wait_for_background_work
+
+    wait_for_background_work(120)
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Debian's headless Chromium through Playwright, one per test module (the browser suites)."""

@@ -75,6 +75,7 @@ MAX_RECORD_BYTES = 32 * MB
 # What building a block store holds while it reads (`_keep_store`): the block read, the one
 # inflated ahead, the event across two reads, the coarse tier's gathering, at most.
 KEEP_STORE_BYTES = 64 * MB
+KEEPER_THREAD = "tb-reduce-keep-text"  # the threads that keep a gzip's text after its first view
 T = TypeVar("T")
 
 
@@ -525,7 +526,7 @@ class TraceService:
         source = idx.source
         if isinstance(source, ChromeJsonEvents) and source.defer_store and not source.has_store and not idx.store_asked:
             idx.store_asked = True  # once per index, on a thread of its own: not behind the writer's queue
-            keeper = threading.Thread(target=self._keep_store, args=(idx, later), name="tb-reduce-keep-text",
+            keeper = threading.Thread(target=self._keep_store, args=(idx, later), name=KEEPER_THREAD,
                                       daemon=True)
             try:
                 keeper.start()
@@ -928,6 +929,7 @@ class _Writer:
         self._queue: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        _WRITERS.add(self)
 
     def put(self, job: Callable[[], Any]) -> None:
         with self._lock:
@@ -949,6 +951,8 @@ class _Writer:
         self.put(job)
 
     def wait(self, timeout: Optional[float] = None) -> None:
+        if self._thread is None:
+            return  # nothing was ever given to it
         done = threading.Event()
         self.put(done.set)
         done.wait(timeout)
@@ -960,6 +964,21 @@ class _Writer:
                 job()
             except Exception as exc:  # a write that failed costs a parse after a restart, nothing more
                 log.warning("tb_reduce: writing to the index store failed (%s: %s)", type(exc).__name__, str(exc))
+
+
+_WRITERS: weakref.WeakSet[_Writer] = weakref.WeakSet()  # every service's writer in this process
+
+
+def wait_for_background_work(timeout: Optional[float] = None) -> None:
+    """Wait for what every service of this process does after its answers: the texts kept
+    on threads of their own, then what their writers were given. For measurements that see
+    the whole process, as tracemalloc does: a service's kept text read 16 MiB blocks into a
+    later test's traced peak (tests, benchmarks)."""
+    for thread in threading.enumerate():
+        if thread.name == KEEPER_THREAD and thread is not threading.current_thread():
+            thread.join(timeout)
+    for writer in list(_WRITERS):
+        writer.wait(timeout)
 
 
 def _let_go(exc: BaseException) -> None:

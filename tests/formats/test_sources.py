@@ -32,6 +32,8 @@ from tb_reduce_plugin.formats.sources import (
 from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.reduce.pipeline import index_file
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 HANG_GUARD_S = 30  # not a speed limit: a call still running after this is stuck for good
 
 

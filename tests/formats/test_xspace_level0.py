@@ -24,6 +24,8 @@ from tb_reduce_plugin.reduce.levels import ArgsPolicy
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tests.protobuf_wire import double, event, sfield, stat, tag, vfield
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 ROOT = TESTS.parent
 CORPUS = ROOT.parent / "shared" / "corpus"
 XSPACES = sorted(p for p in CORPUS.glob("*/*/*.xplane.pb") if "CORRUPT" not in p.name) if CORPUS.is_dir() else []

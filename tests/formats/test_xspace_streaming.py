@@ -31,6 +31,8 @@ from tests.protobuf_wire import event, sfield, stat, tag, varint, vfield
 from tests.table_equality import native, table_difference
 from tests.xspace_whole_oracle import read_xspace_whole
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 ROOT = TESTS.parent
 XSPACES = sorted({*(ROOT.parent / "shared" / "corpus").rglob("*.xplane.pb"), *(TESTS / "fixtures").rglob("*.xplane.pb"),
                   *(ROOT / "demo_logdir").rglob("*.xplane.pb")})

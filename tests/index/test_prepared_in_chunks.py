@@ -20,6 +20,8 @@ from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import slices_of
 from tb_reduce_plugin.slices import build_slices
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 
 def whole_flow_binding(t: EventTable) -> dict:
     """Where each flow event lands, as the whole-array code of the stop before made it."""

@@ -25,6 +25,8 @@ from tb_reduce_plugin.reduce import reduction
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window, name_rank, slices_of
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 
 def whole_table_aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[float] = None,
               pid: Optional[str] = None, tid: Optional[str] = None, limit: int = DEFAULT_LIMIT) -> dict:

@@ -22,6 +22,8 @@ from tb_reduce_plugin.query import search as search_module
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
 RUN, HOST = "stalled_step", "torch_stalled_step"
 STALLED_STEP = "ProfilerStep#5"  # the step that slept (tests/fixtures/make_step_traces.py)

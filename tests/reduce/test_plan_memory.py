@@ -33,6 +33,8 @@ from tb_reduce_plugin.reduce.pipeline import (
 )
 from tb_reduce_plugin.reduce.reduction import Summaries, default_window, name_rank, plan, slices_of
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 
 def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, Summaries]:
     """The oracle: every overlapping slice of a track at once, the top names of all tracks together."""

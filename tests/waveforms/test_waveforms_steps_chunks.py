@@ -21,6 +21,8 @@ from tb_reduce_plugin.reduce.pipeline import derive_bytes, index_file
 from tb_reduce_plugin.waveforms import categories, steps
 from tb_reduce_plugin.waveforms.steps import derive
 
+pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
+
 FIXTURES = TESTS / "fixtures"
 
 
