@@ -1892,6 +1892,80 @@ fail:
     return NULL;
 }
 
+/* ---- XSpace: the scalar fields of many events at once ----------------------------- */
+
+PyDoc_STRVAR(pb_event_columns_doc,
+"pb_event_columns(buf, starts, ends, metadata_id, offset_ps, duration_ps) -> int\n\n"
+"For each XEvent buf[starts[k]:ends[k]] (int64 arrays), the last varint value of its fields\n"
+"1, 2 and 3 (0 where absent; an event with starts[k] >= ends[k] has none), written as\n"
+"int64 into the three arrays: xspace.decode_event_columns's numpy rounds, one event at a\n"
+"time. Returns 0, or -1, the arrays then partly written, when any event is not plainly\n"
+"well formed (a bad varint or tag, a group, a field past its event, more than 64 fields: the\n"
+"rounds would switch to upb) or lies outside `buf`: the caller then runs the rounds, whose\n"
+"verdict and results stand.");
+
+#define PB_EVENT_MAX_FIELDS 64
+
+static PyObject *pb_event_columns(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer b, bs, be, bm, bo, bd;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*", &b, &bs, &be, &bm, &bo, &bd)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bs.len / 8;
+    if (bs.len % 8 || be.len != bs.len || bm.len != bs.len || bo.len != bs.len || bd.len != bs.len) {
+        PyErr_SetString(PyExc_ValueError, "pb_event_columns: column sizes do not match");
+        goto done;
+    }
+    const uint8_t *base = b.buf;
+    const int64_t *starts = bs.buf, *ends = be.buf;
+    int64_t *out[4] = {NULL, bm.buf, bo.buf, bd.buf};
+    Py_ssize_t len = b.len;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n && !bad; k++) {
+        int64_t value[4] = {0, 0, 0, 0};
+        if (starts[k] < ends[k]) {
+            if (starts[k] < 0 || ends[k] > len) {
+                bad = 1;
+                break;
+            }
+            const uint8_t *p = base + starts[k], *end = base + ends[k];
+            int fields = 0;
+            while (p < end) {
+                uint64_t tag, v;
+                if (++fields > PB_EVENT_MAX_FIELDS || read_varint(&p, end, &tag) < 0 || (tag >> 3) == 0) {
+                    bad = 1;
+                    break;
+                }
+                unsigned wt = (unsigned)(tag & 7);
+                if (wt == 0) {
+                    if (read_varint(&p, end, &v) < 0) {
+                        bad = 1;
+                        break;
+                    }
+                    if ((tag >> 3) <= 3) value[tag >> 3] = (int64_t)v;
+                } else if (skip_field(&p, end, wt) < 0) {  /* 1, 2, 5 in the event; groups refused */
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        out[1][k] = value[1];
+        out[2][k] = value[2];
+        out[3][k] = value[3];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(bad ? -1 : 0);
+done:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bm);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bd);
+    return result;
+}
+
 /* ---- level 2's args: may any of an event's args need a cut? ------------------------ */
 
 /* Python's length of a checked JSON string's value (code points): a UTF-8 sequence, an
@@ -2051,6 +2125,7 @@ static PyMethodDef module_methods[] = {
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
+    {"pb_event_columns", pb_event_columns, METH_VARARGS, pb_event_columns_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"args_may_need_cut", args_may_need_cut, METH_VARARGS, args_may_need_cut_doc},
     {"events_may_need_cut", events_may_need_cut, METH_VARARGS, events_may_need_cut_doc},

@@ -18,7 +18,7 @@ Memory and speed (`read_xspace`): upb would parse the file whole into a Python o
 per event (2-5x the file), so it is given only what lies above the events (each plane's
 metadata and stats, each line's own fields); each line's events are found in place
 (`_scan.pb_fields`, or upb line by line in the pure build) and `decode_event_columns`
-decodes their fields a chunk at a time in numpy, into columns that a server's parse
+decodes their fields a chunk at a time (`_scan.pb_event_columns`, or numpy), into columns that a server's parse
 writes to its spill folder. The file's bytes are kept (in that folder, mapped, or in
 memory), so the args of any kept event are decoded on demand without reading the
 file again. Writing does the
@@ -146,10 +146,22 @@ def decode_event_columns(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     of a line with a giant one (a million stats) would take a round per field: once
     few remain after many rounds, upb reads each of those whole in C instead
     (`_scalars_by_upb`).
+
+    Natively (`_scan.pb_event_columns`) each event is walked in turn, without the rounds'
+    gathers (the 2.1 M events of a JAX profile: 0.24 -> 0.05 CPU-s); any event not plainly
+    well formed, or with more fields than the rounds' bound, leaves the batch to the rounds,
+    whose values and errors stand (the pure path, and the tests' reference).
     """
     n = len(starts)
     # One row per field number up to 3; other numbers land in row 0 and are ignored.
     rows = np.zeros((_MAX_FIELD + 1, n), dtype=np.int64)
+    module = scanner_module()
+    if module is not None and n:  # one event at a time in C: the rounds' gathers were ~0.24 CPU-s at 2 M events
+        s64 = np.ascontiguousarray(starts, dtype=np.int64)
+        e64 = np.ascontiguousarray(ends, dtype=np.int64)
+        if module.pb_event_columns(buf, s64, e64, rows[1], rows[2], rows[3]) == 0:
+            return {name: rows[num] for num, name in EVENT_FIELDS.items()}
+        rows[:] = 0  # not plainly well formed: the rounds' verdict stands
     win = _windows(buf)
     live = np.flatnonzero(starts < ends)
     p, end = starts[live].astype(np.int64), ends[live].astype(np.int64)

@@ -220,3 +220,96 @@ def test_the_native_field_walk_refuses_ranges_outside_its_buffer_and_wrong_array
     with pytest.raises(TypeError):
         module.pb_fields(data, 0, len(data), 4, 0, np.empty(1, dtype=np.int32), np.empty(1, dtype=np.int32))
     assert module.pb_fields(data, 0, len(data), 4, 0, None, None) == 1
+
+
+# ---- `_scan.pb_event_columns`: the index's scalar fields of many events at once ----------
+
+
+def _columns_both(events: list[bytes]) -> tuple[object, object, int]:
+    """`decode_event_columns` natively and by the numpy rounds (each a dict or the error's
+    text), and what the native call itself answered (0, or -1: left to the rounds)."""
+    data = b"".join(events) + b"\x00" * xspace._PAD
+    ends = np.cumsum([len(e) for e in events]).astype(np.int64)
+    starts = ends - np.asarray([len(e) for e in events], dtype=np.int64)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    out = []
+    for on in (True, False):
+        with native(on):
+            try:
+                cols = xspace.decode_event_columns(buf, starts, ends)
+                out.append({k: v.tolist() for k, v in cols.items()})
+            except TraceError as exc:
+                out.append(str(exc))
+    with native(True):
+        module = native_module.scanner_module()
+    rows = np.zeros((3, len(events)), dtype=np.int64)
+    said = module.pb_event_columns(buf, starts, ends, rows[0], rows[1], rows[2]) if events else 0
+    return out[0], out[1], said
+
+
+def _real_events(limit: int = 3000) -> list[bytes]:
+    trace = index_file(next(JAX.rglob("*.xplane.pb"))).source
+    out = []
+    for line in trace.lines:
+        for a, b in zip(line.starts[:limit // 10].tolist(), line.ends[:limit // 10].tolist()):
+            out.append(bytes(line.data[a:b]))
+    return out[:limit]
+
+
+def test_the_scalar_fields_of_real_events_read_natively_as_the_numpy_rounds_read_them() -> None:
+    events = _real_events()
+    fast, slow, said = _columns_both(events)
+    assert said == 0  # a real profile's events are all read natively
+    assert fast == slow
+    assert len(set(fast["metadata_id"])) > 5 and max(fast["duration_ps"]) > 0
+
+
+@pytest.mark.parametrize("case", [
+    [_field(1, 0, _varint(5)) + _field(1, 0, _varint(6))],  # the last value wins
+    [_field(2, 0, _varint(2**64 - 1)), _field(3, 0, _varint(2**63))],  # past int64: its bits
+    [b"", _field(9, 0, _varint(1)) + _field(1, 0, _varint(2))],  # no fields; an unknown one
+    [_field(1, 1, b"\x01" * 8) + _field(2, 5, b"\x02" * 4) + _field(3, 2, _varint(2) + b"zz")],  # not varints
+    [_field(1, 0, b"\x88\x00")],  # a varint not in its shortest form
+    [tag(1 << 28, 0) + _varint(9) + _field(3, 0, _varint(4))],  # a field number upb would refuse
+    [_field(1, 0, _varint(3)) + _stat(OTHER_ID, b"") * 70],  # more fields than the rounds' bound
+    [_field(1, 3, b"") + _field(1, 4, b"")],  # a group: an invalid tag to the rounds
+    [_field(1, 0, b"\x80" * 11)],  # a varint longer than 10 bytes
+    [_field(1, 0, _varint(7)), tag(0, 0) + b"\x01"],  # field number 0
+    [_field(3, 2, _varint(40) + b"short")],  # a field past its event
+    [_field(1, 0, b"\xff" * 9 + b"\x7f")],  # ten bytes whose last is over 1
+])
+def test_odd_events_read_natively_as_the_rounds_read_them_or_are_left_to_the_rounds(case: list[bytes]) -> None:
+    fast, slow, said = _columns_both(case)
+    assert fast == slow
+    assert said in (0, -1)
+    if isinstance(slow, str):
+        assert said == -1  # whatever the rounds refuse, the native call leaves to them
+
+
+def test_mutated_real_events_read_natively_as_the_rounds_read_them_or_are_left_to_the_rounds() -> None:
+    rng = random.Random(int(os.environ.get("TB_REDUCE_FUZZ_SEED", "11")))
+    events = _real_events(600)
+    natively = cases = 0
+    ends = time.monotonic() + FUZZ_S
+    while time.monotonic() < ends or cases < 200:
+        batch = [_mutate(rng, e) if rng.random() < 0.05 else e for e in rng.sample(events, 40)]
+        fast, slow, said = _columns_both(batch)
+        assert fast == slow, batch
+        natively += said == 0
+        cases += 1
+    assert 0 < natively < cases, (natively, cases)  # both ways are taken
+
+
+def test_the_native_event_columns_refuse_ranges_outside_the_buffer_and_arrays_of_other_sizes() -> None:
+    with native(True):
+        module = native_module.scanner_module()
+    data = np.frombuffer(_field(1, 0, _varint(3)) + b"\x00" * 8, dtype=np.uint8)
+    out = np.zeros((3, 1), dtype=np.int64)
+    for starts, ends in (([0], [len(data) + 1]), ([-1], [2])):
+        assert module.pb_event_columns(data, np.array(starts), np.array(ends), out[0], out[1], out[2]) == -1
+    assert module.pb_event_columns(data, np.array([2]), np.array([1]), out[0], out[1], out[2]) == 0  # empty
+    assert out[:, 0].tolist() == [0, 0, 0]
+    with pytest.raises(ValueError):
+        module.pb_event_columns(data, np.array([0, 0]), np.array([2, 2]), out[0], out[1], out[2])
+    assert module.pb_event_columns(data, np.array([0]), np.array([2]), out[0], out[1], out[2]) == 0
+    assert out[:, 0].tolist() == [3, 0, 0]
