@@ -94,3 +94,51 @@ def test_nesting_depth_counts_enclosing_slices_of_the_same_track() -> None:
     by_event = dict(zip(s.event.tolist(), s.depth.tolist()))
     assert by_event == {0: 0, 1: 1, 2: 2, 3: 1, 4: 0, 5: 2}
     assert [int(s.event[i]) for i in s.order] == [0, 1, 2, 3, 5, 4]
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return a.dtype.str.encode() + np.ascontiguousarray(a).tobytes()
+
+
+def test_a_run_of_x_events_in_memory_gives_the_chunked_paths_slices_bit_for_bit(tmp_path) -> None:
+    """An XSpace's table (metadata rows, then only timed X events) takes its slices' times,
+    durations, tracks and names as views of its own columns: the same slices, to the bit and
+    dtype, as the chunked path writes into a folder, whatever odd durations it holds."""
+    rng = np.random.default_rng(3)
+    meta = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": t, "args": {"name": f"t{t}"}} for t in (1, 2)]
+    xs = [{"ph": "X", "name": f"op{i % 7}", "pid": 1, "tid": 1 + i % 2, "ts": float(i * 3), "dur": float(1 + i % 5)}
+          for i in range(400)]
+    odd_durations = {"plain": [], "nan": [np.nan], "inf": [np.inf], "-0.0": [-0.0], "negative": [-2.0]}
+    checked = 0
+    for layout, events in (("metadata first", meta + xs), ("metadata last", xs + meta), ("x only", xs)):
+        for kind, values in odd_durations.items():
+            t = table(events)
+            x_rows = np.flatnonzero(t.ph == t.ph[[e["ph"] for e in events].index("X")])
+            for v in values:
+                t.dur[rng.choice(x_rows)] = v
+            in_memory = build_slices(t)
+            folder = tmp_path / f"{layout}-{kind}".replace(" ", "-")
+            folder.mkdir()
+            t.scratch = str(folder)
+            chunked = build_slices(t)
+            t.scratch = None
+            for f in ("start", "end", "dur", "track", "name", "event", "partner", "unpaired"):
+                assert _bits(getattr(in_memory, f)) == _bits(getattr(chunked, f)), (layout, kind, f)
+            for f in ("start", "track", "name") + (("dur",) if kind == "plain" else ()):
+                col = getattr(in_memory, f)
+                assert np.shares_memory(col, getattr(t, {"start": "ts"}.get(f, f))), (layout, f)  # a view...
+                assert not col.flags.writeable  # ...that nothing writes through
+            checked += 1
+    assert checked == 15
+
+
+def test_x_events_with_a_begin_or_a_gap_between_them_are_copied_as_before() -> None:
+    """Where the slices are not one run of X rows (a B/E pair, an untimed X or another event
+    between them), the columns are made as before: nothing shares the table's memory."""
+    base = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": float(i), "dur": 0.5} for i in range(10)]
+    for extra in ([{"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 20.0}, {"ph": "E", "pid": 1, "tid": 1, "ts": 21.0}],
+                  [{"ph": "i", "name": "i", "pid": 1, "tid": 1, "ts": 3.5, "s": "t"}]):
+        t = table(base[:5] + extra + base[5:])
+        s = build_slices(t)
+        assert not np.shares_memory(s.start, t.ts) and s.start.flags.writeable
+        assert len(s) == 10 + (1 if extra[0]["ph"] == "B" else 0)
