@@ -12,6 +12,12 @@ ratios; the bodies of the two trees are compared (a change of speed, never of ou
     python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt -n 3
     python3 bench/bench_zoom_trees.py /tmp/g16.pt.trace.json.gz --baseline /work/wt --widths 0.1 0.01
     python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --drop-caches   # cold: root only
+    python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --warm -n 9    # a running server
+
+`--warm`: a user zooming in a server that has answered before. Per tree, one process (the
+trees in turn) restarts over its cache, asks one window it does not count (the process's
+first: its imports and first mappings), then every width's n windows, each never asked
+before, in that one process; the page cache is whatever the fill left (no drop).
 
 It also prints each tree's index folder in bytes an event, by kind of file.
 """
@@ -19,6 +25,7 @@ It also prints each tree's index folder in bytes an event, by kind of file.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -52,6 +59,28 @@ print(json.dumps({"request": took, "plan": r.stats["timings_s"]["plan"], "write"
                   "events": r.stats["output"]["events"], "digest": hashlib.sha256(body).hexdigest()}))
 """
 
+# Run inside each tree's process for `--warm`: one restarted service asks a first window (not
+# counted), then each window of argv[4] (JSON pairs of place and width), never asked before.
+WARM_CHILD = r"""
+import gzip, hashlib, json, sys, time
+from tb_reduce_plugin.serve.service import TraceService
+from tb_reduce_plugin.reduce.reduction import default_window
+logs, cache, host, windows = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+s = TraceService(logs, cache_dir=cache)
+lo, hi = s.on_index(s.trace_file("run", host), lambda i: default_window(i.table))
+s.reduction("run", host, 2, lo + 0.013 * (hi - lo), lo + 0.0131 * (hi - lo))  # the process's first: not counted
+out = []
+for at, width in windows:
+    t = time.perf_counter(); r = s.reduction("run", host, 2, lo + at * (hi - lo), lo + (at + width) * (hi - lo))
+    took = time.perf_counter() - t
+    assert not r.stats["cached"], "a window asked before"
+    data = r.body.read()
+    body = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    out.append({"request": took, "plan": r.stats["timings_s"]["plan"], "write": r.stats["timings_s"]["write"],
+                "events": r.stats["output"]["events"], "digest": hashlib.sha256(body).hexdigest()})
+print(json.dumps(out))
+"""
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -60,6 +89,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=3, help="windows per width (medians)")
     ap.add_argument("--widths", type=float, nargs="+", default=[0.1, 0.01, 0.001], help="shares of the trace")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before each window (root)")
+    ap.add_argument("--warm", action="store_true", help="every window in one running server per tree (see above)")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
@@ -70,8 +100,8 @@ def main() -> int:
             filled[name] = run_in(tree, CHILD, logs, work / f"cache-{name}", host, 0, 0)
             print(f"{name:10s} first view {filled[name]['view']:.1f} s, then kept {filled[name]['saved']:.1f} s",
                   flush=True)
-        rows = []
-        for width in args.widths:
+        rows = _warm_rows(args, trees, logs, host, work) if args.warm else []
+        for width in [] if args.warm else args.widths:
             got: dict = {name: [] for name in trees}
             for i in range(args.n):
                 at = 0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width)  # never asked before
@@ -93,8 +123,10 @@ def main() -> int:
             rows.append((width, got))
         med = statistics.median
         events = filled["this tree"]["events"]
+        how = ("; page cache dropped before each window" if args.drop_caches else
+               "; in one running server per tree" if args.warm else "")
         print(f"trace {args.trace.name}: {args.trace.stat().st_size / 1e6:,.0f} MB, {events:,} events; "
-              f"medians of {args.n}{'; page cache dropped before each window' if args.drop_caches else ''}")
+              f"medians of {args.n}{how}")
         print("index folder, B an event: baseline / this tree")
         for kind, (b, t) in _disk(work, trees).items():
             print(f"  {kind:28s} {b / events:6.1f} / {t / events:6.1f}")
@@ -108,6 +140,24 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _warm_rows(args: argparse.Namespace, trees: dict, logs: Path, host: str, work: Path) -> list:
+    """Per width, each tree's n windows asked in one restarted process of its own (`WARM_CHILD`),
+    the trees in turn; the same windows for both, their bodies compared."""
+    windows = [(0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width), width)
+               for width in args.widths for i in range(args.n)]
+    got: dict = {}
+    for name, tree in trees.items():
+        copy = work / "restarted"
+        subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
+        try:
+            got[name] = run_in(tree, WARM_CHILD, logs, copy, host, json.dumps(windows))
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+    for k, w in enumerate(windows):
+        assert len({(got[n][k]["events"], got[n][k]["digest"]) for n in trees}) == 1, f"different windows at {w}"
+    return [(width, {n: [r for r, w in zip(got[n], windows) if w[1] == width] for n in trees}) for width in args.widths]
 
 
 def _disk(work: Path, trees: dict) -> dict[str, tuple[int, int]]:
