@@ -251,6 +251,30 @@ def test_the_index_writers_jobs_wait_until_the_text_is_kept(gz_trace: Path, tmp_
     assert (folder / "blocks.json").is_file()
 
 
+def test_waiting_for_background_work_waits_for_every_services_keeping_and_writes(
+        gz_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wait_for_background_work` (what the suites that trace peaks wait for) returns once
+    every service of the process has kept its text and written what it was given, without
+    a handle on any of them."""
+    go = threading.Event()
+    original = ChromeJsonEvents.keep_store
+
+    def held_back(self: ChromeJsonEvents) -> bool:
+        assert go.wait(30)
+        return original(self)
+
+    monkeypatch.setattr(ChromeJsonEvents, "keep_store", held_back)
+    service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
+    service.reduction("run", host_of(gz_trace), 2, None, None)
+    keepers = [t for t in threading.enumerate() if t.name == service_module.KEEPER_THREAD]
+    assert keepers and all(t.is_alive() for t in keepers)
+    threading.Timer(0.3, go.set).start()
+    service_module.wait_for_background_work(30)
+    assert not any(t.is_alive() for t in keepers)
+    folder = stored_folder(service.store, gz_trace)
+    assert (folder / "blocks.json").is_file()  # kept, and the writer's jobs queued after it done
+
+
 def test_kept_text_changed_on_disk_while_served_is_dropped_and_the_window_read_from_the_trace(
         gz_trace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Bytes of the kept text flipped under a running server (after it was checked): the
