@@ -56,25 +56,52 @@ def _plain(value: Any) -> Any:
 
 
 def cut_value(v: Any) -> tuple[Any, bool]:
-    """`ArgsPolicy.TRIM` (level 2): strings to 256 characters, lists to 32 items, at any depth."""
+    """`ArgsPolicy.TRIM` (level 2): strings to 256 characters, lists to 32 items, at any depth.
+
+    Strings and other scalars among a list's items or a dict's values are handled in place,
+    without a call each: Kineto's shapes are lists of lists of numbers, so an event cut
+    here made ~160 calls (a warm zoom of the 8 GiB trace cut ~30 events, ~3.5 ms)."""
     if isinstance(v, str):
         return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
     if isinstance(v, list):
         cut = len(v) > LIST_LIMIT
-        out = []
-        for item in v[:LIST_LIMIT]:
-            item, c = cut_value(item)
-            cut |= c
-            out.append(item)
+        out = v[:LIST_LIMIT]  # a new list, as before
+        for i, item in enumerate(out):
+            if isinstance(item, str):
+                if len(item) > STRING_LIMIT:
+                    out[i] = item[:STRING_LIMIT] + "…"
+                    cut = True
+            elif isinstance(item, dict) or (isinstance(item, list) and not _plain_list(item)):
+                out[i], c = cut_value(item)
+                cut |= c
         return out, cut
     if isinstance(v, dict):
         cut = False
-        d = {}
+        d = dict(v)
         for k, item in v.items():
-            d[k], c = cut_value(item)
-            cut |= c
+            if isinstance(item, str):
+                if len(item) > STRING_LIMIT:
+                    d[k] = item[:STRING_LIMIT] + "…"
+                    cut = True
+            elif isinstance(item, dict) or (isinstance(item, list) and not _plain_list(item)):
+                d[k], c = cut_value(item)
+                cut |= c
         return d, cut
     return v, False
+
+
+_PLAIN = (int, float, type(None))  # bool is an int
+
+
+def _plain_list(v: list) -> bool:
+    """A list that no cut changes: 32 items at most, each a number, a bool or null (a
+    tensor's shape). Kept as it is, shared with the decoded event, which nothing writes."""
+    if len(v) > LIST_LIMIT:
+        return False
+    for x in v:
+        if not isinstance(x, _PLAIN):
+            return False
+    return True
 
 
 _LONG_RUN = re.compile(rb'[^"]{%d}' % (STRING_LIMIT + 1))

@@ -6,6 +6,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.reduce.levels import ArgsPolicy, args_policy
@@ -154,3 +156,39 @@ def test_a_batch_transformed_at_once_is_each_event_transformed_natively_or_not(l
     for on in (True, False):
         with native(on):
             assert transform_all(list(batch), policy, native_module.scanner_module()) == expected
+
+
+def _cut_by_recursion(v):  # type: ignore[no-untyped-def]
+    """The cut as first written, a call per value at every depth: the reference."""
+    if isinstance(v, str):
+        return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
+    if isinstance(v, list):
+        cut, out = len(v) > LIST_LIMIT, []
+        for item in v[:LIST_LIMIT]:
+            item, c = _cut_by_recursion(item)
+            cut |= c
+            out.append(item)
+        return out, cut
+    if isinstance(v, dict):
+        cut, d = False, {}
+        for k, item in v.items():
+            d[k], c = _cut_by_recursion(item)
+            cut |= c
+        return d, cut
+    return v, False
+
+
+_strings = st.one_of(st.text(max_size=8), st.text(min_size=250, max_size=270), st.just("é" * 257))
+_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _strings),
+    lambda inner: st.one_of(st.lists(inner, max_size=40), st.dictionaries(st.text(max_size=4), inner, max_size=6)),
+    max_leaves=120)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_cut_value_cuts_as_a_call_per_value_does_and_leaves_its_input_alone(v) -> None:  # type: ignore[no-untyped-def]
+    before = json.dumps(v)
+    got, expected = cut_value(v), _cut_by_recursion(v)
+    assert json.dumps(got[0]) == json.dumps(expected[0]) and got[1] is expected[1]
+    assert json.dumps(v) == before  # the decoded event is cut into new containers, never in place
