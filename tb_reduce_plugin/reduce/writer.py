@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import stat
-from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Protocol
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Protocol
 
 import msgspec
 import numpy as np
@@ -64,30 +64,27 @@ def cut_value(v: Any) -> tuple[Any, bool]:
     if isinstance(v, str):
         return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
     if isinstance(v, list):
-        cut = len(v) > LIST_LIMIT
         out = v[:LIST_LIMIT]  # a new list, as before
-        for i, item in enumerate(out):
-            if isinstance(item, str):
-                if len(item) > STRING_LIMIT:
-                    out[i] = item[:STRING_LIMIT] + "…"
-                    cut = True
-            elif isinstance(item, dict) or (isinstance(item, list) and not _plain_list(item)):
-                out[i], c = cut_value(item)
-                cut |= c
-        return out, cut
+        return out, _cut_items(out, enumerate(out)) | (len(v) > LIST_LIMIT)
     if isinstance(v, dict):
-        cut = False
         d = dict(v)
-        for k, item in v.items():
-            if isinstance(item, str):
-                if len(item) > STRING_LIMIT:
-                    d[k] = item[:STRING_LIMIT] + "…"
-                    cut = True
-            elif isinstance(item, dict) or (isinstance(item, list) and not _plain_list(item)):
-                d[k], c = cut_value(item)
-                cut |= c
-        return d, cut
+        return d, _cut_items(d, v.items())
     return v, False
+
+
+def _cut_items(into: Any, items: Iterable[tuple[Any, Any]]) -> bool:
+    """Each (key, value) of a list's (index, item) or a dict's items cut into `into` (a new
+    list or dict, holding the values until cut): whether any was."""
+    cut = False
+    for k, item in items:
+        if isinstance(item, str):
+            if len(item) > STRING_LIMIT:
+                into[k] = item[:STRING_LIMIT] + "…"
+                cut = True
+        elif isinstance(item, dict) or (isinstance(item, list) and not _plain_list(item)):
+            into[k], c = cut_value(item)
+            cut |= c
+    return cut
 
 
 _PLAIN = (int, float, type(None))  # bool is an int

@@ -63,8 +63,8 @@ def expected(gz_trace: Path, tmp_path: Path, level: int, window: tuple) -> bytes
     return body(fresh.reduction("run", host_of(gz_trace), level, *window))
 
 
-def test_the_first_view_does_not_wait_for_the_text_to_be_kept(gz_trace: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def held_back_keeping(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Keeping a text waits for the event returned, once set (30 s at most)."""
     go = threading.Event()
     original = ChromeJsonEvents.keep_store
 
@@ -73,6 +73,12 @@ def test_the_first_view_does_not_wait_for_the_text_to_be_kept(gz_trace: Path, tm
         return original(self)
 
     monkeypatch.setattr(ChromeJsonEvents, "keep_store", held_back)
+    return go
+
+
+def test_the_first_view_does_not_wait_for_the_text_to_be_kept(gz_trace: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    go = held_back_keeping(monkeypatch)
     service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
     host = host_of(gz_trace)
     first = body(service.reduction("run", host, 2, None, None))  # answered while the keeping waits
@@ -256,14 +262,7 @@ def test_waiting_for_background_work_waits_for_every_services_keeping_and_writes
     """`wait_for_background_work` (what the suites that trace peaks wait for) returns once
     every service of the process has kept its text and written what it was given, without
     a handle on any of them."""
-    go = threading.Event()
-    original = ChromeJsonEvents.keep_store
-
-    def held_back(self: ChromeJsonEvents) -> bool:
-        assert go.wait(30)
-        return original(self)
-
-    monkeypatch.setattr(ChromeJsonEvents, "keep_store", held_back)
+    go = held_back_keeping(monkeypatch)
     service = TraceService(str(gz_trace.parent.parent), cache_dir=str(tmp_path / "cache"))
     service.reduction("run", host_of(gz_trace), 2, None, None)
     keepers = [t for t in threading.enumerate() if t.name == service_module.KEEPER_THREAD]
