@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Protocol
 
@@ -367,7 +366,7 @@ def _create_beside(path: str, directory: str) -> tuple[int, str]:
     kernel applies the umask (and default ACLs) exactly as for `open(path, "w")`."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        tmp = os.path.join(directory, f".tb-reduce-{secrets.token_hex(6)}.part")
+        tmp = os.path.join(directory, f".tb-reduce-{os.urandom(6).hex()}.part")  # (secrets: 11 ms of imports)
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
