@@ -18,10 +18,10 @@ Memory and speed (`read_xspace`): upb would parse the file whole into a Python o
 per event (2-5x the file), so it is given only what lies above the events (each plane's
 metadata and stats, each line's own fields); each line's events are found in place
 (`_scan.pb_fields`, or upb line by line in the pure build) and `decode_event_columns`
-decodes their fields a chunk at a time (`_scan.pb_event_columns`, or numpy), into columns that a server's parse
-writes to its spill folder. The file's bytes are kept (in that folder, mapped, or in
-memory), so the args of any kept event are decoded on demand without reading the
-file again. Writing does the
+decodes their fields a chunk at a time (`_scan.pb_event_columns`, or numpy), into
+columns that a server's parse writes to its spill folder. The file's bytes are kept (in
+that folder, mapped, or in memory), so the args of any kept event are decoded on demand
+without reading the file again. Writing does the
 same by chunks of a line's kept events (`XSpaceTrace.events`): their stats decoded
 in numpy (`_walk`), their values formatted by kind in bulk, the JSON joined once,
 byte for byte what `_event` makes of each event alone (and `_event` writes the few

@@ -57,9 +57,10 @@ def _plain(value: Any) -> Any:
 def cut_value(v: Any) -> tuple[Any, bool]:
     """`ArgsPolicy.TRIM` (level 2): strings to 256 characters, lists to 32 items, at any depth.
 
-    Strings and other scalars among a list's items or a dict's values are handled in place,
-    without a call each: Kineto's shapes are lists of lists of numbers, so an event cut
-    here made ~160 calls (a warm zoom of the 8 GiB trace cut ~30 events, ~3.5 ms)."""
+    Strings and lists of at most 32 numbers (a tensor's shape) among a list's items or a
+    dict's values are handled in place, without a call each: Kineto's shapes are lists of
+    lists of numbers, and an event cut here made ~160 calls (97 -> 15 µs an event; a warm
+    zoom of the 8 GiB trace cuts ~30)."""
     if isinstance(v, str):
         return (v[:STRING_LIMIT] + "…", True) if len(v) > STRING_LIMIT else (v, False)
     if isinstance(v, list):
