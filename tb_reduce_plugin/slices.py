@@ -114,7 +114,7 @@ def build_slices(t: EventTable) -> SliceTable:
             if len(xs):
                 rows += len(xs)
                 first, last = min(first, a + int(xs[0])), a + int(xs[-1])
-            be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
+            be_parts.append(_be_rows(ph, has_ts, a))
         pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
         if rows and rows == last - first + 1 and not len(pairs[0]):
             return _x_run(t, first, last + 1, index_type, pairs[2])
@@ -126,16 +126,15 @@ def build_slices(t: EventTable) -> SliceTable:
         ph, ts, dur = (np.asarray(c[a:a + CHUNK_EVENTS]) for c in (t.ph, t.ts, t.dur))
         has_ts = ~np.isnan(ts)
         xs = np.flatnonzero((ph == PH_X) & has_ts)
-        dur_x = np.maximum(np.nan_to_num(dur[xs], nan=0.0), 0.0)
+        dur_x = _x_dur(dur[xs])
         x_start = ts[xs]
-        with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
-            x_end = np.minimum(x_start + dur_x, _LARGEST)
+        x_end = _x_end(x_start, dur_x)
         xs += a
         cols.append({"slice_start": x_start, "slice_end": x_end, "slice_dur": dur_x, "slice_event": xs,
                      "slice_track": t.track[xs], "slice_name": t.name[xs],
                      "slice_partner": np.full(len(xs), -1, dtype=index_type)})
         if pairs is None:
-            be_parts.append(np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a)
+            be_parts.append(_be_rows(ph, has_ts, a))
 
     if pairs is None:
         pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
@@ -164,13 +163,26 @@ def _x_run(t: EventTable, a: int, b: int, index_type: type, unpaired: np.ndarray
     plain = np.isfinite(dur)
     plain &= ~np.signbit(dur)
     if not plain.all():  # NaN, infinite, negative or -0.0: as the chunked path writes them
-        dur = np.maximum(np.nan_to_num(dur, nan=0.0), 0.0)
+        dur = _x_dur(dur)
     del plain
-    with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
-        end = np.minimum(start + dur, _LARGEST)
-    return SliceTable(start=start, end=end, dur=dur, track=view(t.track), name=view(t.name),
+    return SliceTable(start=start, end=_x_end(start, dur), dur=dur, track=view(t.track), name=view(t.name),
                       event=np.arange(a, b, dtype=index_type), partner=np.full(b - a, -1, dtype=index_type),
                       unpaired=np.sort(unpaired))
+
+
+def _be_rows(ph: np.ndarray, has_ts: np.ndarray, a: int) -> np.ndarray:
+    """The rows of the timed B and E events of a chunk of events starting at row `a`."""
+    return np.flatnonzero(((ph == PH_B) | (ph == PH_E)) & has_ts) + a
+
+
+def _x_dur(dur: np.ndarray) -> np.ndarray:
+    """An X slice's duration: as written, NaN or negative as 0 (an infinite one the largest float)."""
+    return np.maximum(np.nan_to_num(dur, nan=0.0), 0.0)
+
+
+def _x_end(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # an end past 1.8e308 is the largest float
+        return np.minimum(start + dur, _LARGEST)
 
 
 def _pairs(t: EventTable, be: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
