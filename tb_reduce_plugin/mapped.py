@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import os
 import threading
 import weakref
@@ -50,6 +51,40 @@ def map_bytes(path: str) -> np.ndarray:
         if slot >= 0:
             weakref.finalize(a, guard.unguard, slot)
     return a
+
+
+def map_in_place(fd: int, size: int, pad: int) -> Optional[tuple[mmap.mmap, np.ndarray]]:
+    """The first `size` bytes of the open file `fd`, mapped read-only where they lie and
+    guarded: the mapping (sliced as bytes) and a uint8 array over it with `pad` zero bytes
+    after them, read as the same bytes read into memory with `pad` zeros joined on. Its
+    pages are the file's, read when touched and taken back by the kernel: a reader that
+    has walked the bytes once and then reads a few events again holds none of them.
+
+    The zeros are the rest of the file's last page, which a mapping holds and the kernel
+    fills with zeros past the file's end. So None where the last page has fewer than
+    `pad` bytes past the end (one file in 4096/`pad`), where the file is not `size` bytes
+    long now (a longer one's next bytes would stand where the zeros must), and without
+    the guard (`_guard`): a file cut short under the mapping must not kill the process;
+    with it, the pages past the cut read as zeros and `faults()` counts them.
+    """
+    guard = guard_module()
+    if guard is None or size <= 0 or (-size) % mmap.PAGESIZE < pad:
+        return None
+    try:
+        if os.fstat(fd).st_size != size:
+            return None
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    exact = np.frombuffer(mm, dtype=np.uint8)
+    padded = np.lib.stride_tricks.as_strided(exact, shape=(size + pad,), strides=(1,), writeable=False)
+    slot = guard.guard(padded.ctypes.data, size + pad)
+    if slot < 0:  # no slot left: not guarded, so not used
+        del exact, padded
+        mm.close()
+        return None
+    weakref.finalize(mm, guard.unguard, slot)  # the mapping goes with the last of its users
+    return mm, padded
 
 
 def unlink_scratch(*arrays: Any) -> None:

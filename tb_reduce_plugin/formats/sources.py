@@ -588,6 +588,21 @@ class TraceStream:
         if self._ahead is not None:
             self._ahead.give_back(buf)
 
+    def unchanged_fd(self) -> Optional[int]:
+        """The descriptor of this plain file while it is still the version opened (its size
+        and time as `identity` has them), for a reader that maps the bytes it has read
+        (`mapped.map_in_place`); None for a gzip (its bytes are not the file's) or a file
+        written to since it was opened."""
+        if self.compressed:
+            return None
+        try:
+            st = os.fstat(self._file.fileno())
+        except (OSError, ValueError):
+            return None
+        if (st.st_size, st.st_mtime_ns) != (self.identity.size, self.identity.mtime_ns):
+            return None
+        return self._file.fileno()
+
     def forget_crc(self) -> None:
         """No `file_crc` wanted: its bytes are not summed from now on (an XSpace's reader)."""
         self._counter.crc = None

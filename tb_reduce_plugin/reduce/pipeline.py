@@ -18,11 +18,11 @@ import numpy as np
 
 from .. import FORMAT_VERSION
 from ..budget import Account, MemoryBudget, Unlimited, release_free_memory
-from ..errors import TraceError
+from ..errors import FileChanged, TraceError
 from ..formats import ReadOptions, reader_for, sniff
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from ..index.prepared import Prepared, prepared_of
-from ..mapped import spill
+from ..mapped import faults, spill
 from ..model import EventTable, valid_utf8
 from ..sorting import sample_bytes
 from ..waveforms import steps as steps_module
@@ -510,6 +510,7 @@ def reduce_file(
 
         budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(src)}")
+        faults_before = faults()
         index = (indexer or index_file)(src, max_inflated_bytes=max_inflated_bytes, progress=phase(0),
                                         account=reading)
         index.account = reading
@@ -520,6 +521,9 @@ def reduce_file(
             with budget.account(f"reducing {os.path.basename(src)}") as reducing:
                 stats = reduce_index(index, f, level, start_us, end_us, dst.endswith(".gz"), phase(size),
                                      account=reducing)
+            if faults() != faults_before:  # a mapped file cut short under the reader: zeros were read
+                raise FileChanged(f"{os.path.basename(src)} changed while it was read (it was cut short): "
+                                  "nothing was written")
         except OSError as exc:  # reads go through TraceStream (TraceError): this is a write to `f`
             if exc.filename is not None:
                 raise
