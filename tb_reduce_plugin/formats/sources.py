@@ -588,12 +588,13 @@ class TraceStream:
         if self._ahead is not None:
             self._ahead.give_back(buf)
 
-    def unchanged_fd(self) -> Optional[int]:
-        """The descriptor of this plain file while it is still the version opened (its size
-        and time as `identity` has them), for a reader that maps the bytes it has read
-        (`mapped.map_in_place`); None for a gzip (its bytes are not the file's) or a file
-        written to since it was opened."""
-        if self.compressed:
+    def unread_fd(self) -> Optional[int]:
+        """The descriptor of this plain file, for a reader that maps its bytes where they lie
+        (`mapped.map_in_place`) instead of reading them: while nothing but a peek was read
+        and the file is still the version opened (its size and time as `identity` has
+        them); None for a gzip (its bytes are not the file's) or a file written to since it
+        was opened. A reader that maps it then calls `read_in_place`."""
+        if self.compressed or self.inflated > len(self._head or b""):
             return None
         try:
             st = os.fstat(self._file.fileno())
@@ -602,6 +603,14 @@ class TraceStream:
         if (st.st_size, st.st_mtime_ns) != (self.identity.size, self.identity.mtime_ns):
             return None
         return self._file.fileno()
+
+    def read_in_place(self) -> None:
+        """The file counts as read whole (`inflated`, progress) by a reader that mapped it;
+        nothing is read through this stream after."""
+        self.inflated = self._counter.consumed = self.file_bytes
+        if self._counter._progress is not None:
+            self._counter._progress(self.file_bytes, self.file_bytes)
+        self._finished = True
 
     def forget_crc(self) -> None:
         """No `file_crc` wanted: its bytes are not summed from now on (an XSpace's reader)."""

@@ -30,6 +30,7 @@ events the chunk path does not vouch for). Level 0 of 2.3 M events: 5 s, not 16.
 
 from __future__ import annotations
 
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -348,10 +349,14 @@ class XSpaceTrace:
                     out = self._bare_events(line, ids)
                 else:
                     out = self._full_events(line, ids)
+                if len(ids):  # read: their pages go (a mapping's), as the decoding's did
+                    _drop_pages(line.data, int(line.starts[ids[0] - line.first]), int(line.ends[ids[-1] - line.first]))
                 done += len(out)
                 if progress is not None:
                     progress(done, len(rest))
                 yield out
+            if b > a:  # and the pages the kernel read around them
+                _drop_pages(line.data, int(line.starts[0]), int(line.ends[-1]))
 
     def _bare_events(self, line: _Line, ids: np.ndarray) -> list[bytes]:
         """X events without args, the chunk formatted at once (`_prefixes`, `_joined`).
@@ -950,8 +955,9 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     base = os.path.basename(stream.path)
     stream.forget_crc()  # its events are found by their place in the bytes kept, not read again
     data, buf = _file_bytes(stream, charges, spill_dir)
+    file = _File(data, buf)
     try:
-        shape = xspace_shape.scan(data, len(data) - _PAD)
+        shape = xspace_shape.scan(data, file.limit)
     except TraceError as exc:
         reason = str(exc)
         if reason.startswith(xspace_shape.CORRUPT):  # the words upb's own refusal gets below
@@ -959,35 +965,25 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
         raise TraceError(f"{base}: {reason}") from None
     heads = shape.head_bytes()
     charges.hold(heads, "parsing the XSpace")
-    file = _File(data, buf)
     gathered = _gather(shape, file, base, charges, spill_dir, _share(decoded, 0.0, WALK_SHARE))
+    _drop_pages(data, 0, file.limit)  # walked: from here on, read again a chunk of events at a time
     trace = _build(gathered, base, charges, spill_dir, _share(decoded, WALK_SHARE, 1.0))
+    _drop_pages(data, 0, file.limit)  # what the decoding's last chunks and the pages around them left
     charges.give(heads)
-    if spill_dir is None:
-        del gathered, file
-        _map_in_place(trace, stream, data, charges)
     return trace
 
 
-def _map_in_place(trace: XSpaceTrace, stream: TraceStream, data: Any, charges: _Charges) -> None:
-    """The file's bytes read into memory, given back once walked and decoded: the trace
-    reads them again only for the events a plan keeps (their stats, as they are written),
-    so where the file is a plain one still as it was opened, they are read from the file
-    mapped where it lies (`mapped.map_in_place`) instead. The level-2 view of a 2.1 M-event
-    JAX profile (81 MB) peaked ~80 MB lower. Anything else keeps the bytes read."""
-    fd = stream.unchanged_fd()
-    if fd is None or not isinstance(data, bytes):
+def _drop_pages(data: Any, start: int, end: int) -> None:
+    """The whole pages of data[start:end] out of this process's memory, where `data` is a
+    mapping: they stay in the page cache and are read again if touched (a file mapping
+    read only loses nothing), so a walk or a decoding pass over a file's bytes holds the
+    part it is at, not all it has read. Nothing for bytes in memory."""
+    if not isinstance(data, mmap.mmap):
         return
-    got = map_in_place(fd, len(data) - _PAD, _PAD)
-    if got is None:
-        return
-    mm, buf = got
-    for line in trace.lines:
-        if line.data is data:
-            line.data, line.buf = mm, buf
-    if trace.arrays and trace.arrays[0] is not None and trace.arrays[0].base is data:
-        trace.arrays[0] = buf
-    charges.give(len(data))  # what `_file_bytes` held of them
+    page = mmap.PAGESIZE
+    a, b = -(-start // page) * page, min(end, len(data)) // page * page
+    if b > a:
+        data.madvise(mmap.MADV_DONTNEED, a, b - a)
 
 
 def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]) -> tuple[Any, Optional[np.ndarray]]:
@@ -1014,6 +1010,11 @@ def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]
             raise SpillFailed(f"the XSpace could not be written to {spill_dir}: {exc.strerror or exc}") from None
         buf = map_bytes(path)
         return buf.base, buf  # the mapping itself: sliced as bytes, searched, handed to upb
+    fd = stream.unread_fd()
+    mapped = map_in_place(fd, stream.file_bytes, _PAD) if fd is not None else None
+    if mapped is not None:  # a plain file as opened: its own pages, read where they lie, not held
+        stream.read_in_place()
+        return mapped
     chunks, total = [], 0
     while True:
         block = stream.read()
@@ -1175,8 +1176,8 @@ def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges
             if start == end:  # an empty line: no events
                 continue
             ln, blob, starts, ends, buf = _line_events(file, start, end, at_most, base, charges)
-            if walked is not None and end / len(data) >= told + WALK_STEP:
-                told = end / len(data)
+            if walked is not None and end / file.limit >= told + WALK_STEP:
+                told = end / file.limit
                 walked(told)
             if not len(starts):
                 continue
@@ -1286,7 +1287,7 @@ def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str],
                 g.lines, g.located, line_tracks):
             starts, ends = g.positions["starts"][a:b], g.positions["ends"][a:b]
             n = b - a
-            line = _Line(first, pl, pid, tid, counter, data, starts, ends)
+            line = _Line(first, pl, pid, tid, counter, data, starts, ends, buf)
             charges.hold(_LINE_BYTES_PER_EVENT * n, "the metadata ids of a line")
             # Its events' metadata ids, for its step markers (only a plane with a step stat
             # has any): made once, filled in place, int32 unless an id needs more.
@@ -1321,6 +1322,8 @@ def _build(g: _Gathered, base: str, charges: _Charges, spill_dir: Optional[str],
                     if line_mids.dtype != np.int64 and k and (int(mids.min()) < _I32_MIN or int(mids.max()) > _I32_MAX):
                         line_mids = line_mids.astype(np.int64)
                     line_mids[done:done + k] = mids
+                if k:
+                    _drop_pages(data, int(starts[done]), int(ends[done + k - 1]))  # decoded: read again only if kept
                 done += k
                 del ev, mids
                 if decoded is not None:
@@ -1387,8 +1390,9 @@ class _File:
     """The file's bytes (with `_PAD` zeros after them), and where the reader is in them."""
 
     def __init__(self, data: Any, buf: Optional[np.ndarray] = None) -> None:
-        self.data = data  # bytes, or the mapping of the file's copy (sliced as bytes)
-        self.buf = np.frombuffer(data, dtype=np.uint8) if buf is None else buf
+        self.data = data  # bytes, or a mapping of the file or of its copy (sliced as bytes)
+        self.buf = np.frombuffer(data, dtype=np.uint8) if buf is None else buf  # with `_PAD` zeros after
+        self.limit = len(self.buf) - _PAD  # the file's own bytes
         self.words = _windows(self.buf)
         self.cursor = 0
 
@@ -1417,7 +1421,7 @@ class _File:
         tags = np.zeros(len(lens), dtype=np.int64)
         np.cumsum(sizes[:-1], out=tags[1:])
         total = int(tags[-1] + sizes[-1])
-        limit = len(self.data) - _PAD
+        limit = self.limit
         at = self.data.find(b"\x22" + _varint_bytes(len(first)) + first, self.cursor, limit)
         for _ in range(8):
             if at < 0 or at + total > limit:

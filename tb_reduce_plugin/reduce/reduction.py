@@ -567,6 +567,9 @@ def name_rank(t: EventTable) -> np.ndarray:
 # Slices worked on at once within one track: the plan's temporaries stay this size
 # (some 100 B a slice) however long the track, the trace's own arrays aside.
 CHUNK_SLICES = 1 << 18
+# ...and by the fold (`_reduce_slices`), whose two threads each hold a chunk's temporaries
+# at the plan's peak: half as many (`CHUNK_SLICES // FOLD_SHARE`, at least one).
+FOLD_SHARE = 2
 
 
 def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
@@ -574,7 +577,7 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
                    grow: Optional[Grow] = None) -> tuple[np.ndarray, Summaries]:
     """Keep big slices (and straddlers); fold the rest into summaries, track by track.
 
-    Each track is read in chunks of `CHUNK_SLICES` of its slices in start order, twice:
+    Each track is read in chunks of half `CHUNK_SLICES` of its slices in start order, twice:
     once to promote straddlers to a fixpoint, once to fold the small slices, carrying
     the running end and the open group from chunk to chunk. What is held for the whole
     trace is a flag per slice and the summaries themselves (SPEC: memory bounded as
@@ -589,13 +592,14 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         kept = overlaps & (sl.dur >= bk.theta)
     runs = _track_runs(sl.track, slice_order)
     parts = [_SummaryParts(grow) for _ in runs]
+    step = max(1, CHUNK_SLICES // FOLD_SHARE)
 
     def fold(k: int) -> None:
         lo, hi = runs[k]
 
         def chunks():  # this track's overlapping slices, by (start, event)
-            for a in range(lo, hi, CHUNK_SLICES):
-                idx = slice_order[a:min(a + CHUNK_SLICES, hi)]
+            for a in range(lo, hi, step):
+                idx = slice_order[a:min(a + step, hi)]
                 idx = idx[overlaps[idx]]
                 if len(idx):
                     yield idx
@@ -610,7 +614,7 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
 
 
 # Tracks are folded on two threads at once (`_on_two_cores`) when the slices are at least
-# this many: each thread holds one chunk of a track's slices (`CHUNK_SLICES`) at a time.
+# this many: each thread holds one chunk of a track's slices (half `CHUNK_SLICES`) at a time.
 FOLD_THREADS = 2
 _FOLD_APART_FROM = 2 * CHUNK_SLICES
 

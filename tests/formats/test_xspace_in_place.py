@@ -60,8 +60,10 @@ def test_an_xspace_read_into_memory_holds_none_of_its_files_bytes_once_read() ->
     size = PROFILE.stat().st_size
     assert len(buf) == size + xspace._PAD and not buf.flags.writeable
     assert bytes(buf[:size]) == PROFILE.read_bytes() and not buf[size:].any()
-    index = index_file(PROFILE)
-    assert index.memory_bytes() < size  # the columns of ~6,000 events, not the 473 kB file
+    mapped_bytes = index_file(PROFILE).memory_bytes()
+    with pytest.MonkeyPatch.context() as m:
+        _no_mapping(m)
+        assert index_file(PROFILE).memory_bytes() == mapped_bytes + size + xspace._PAD  # the bytes read, held
 
 
 def test_a_gzip_xspace_keeps_the_bytes_it_inflated(tmp_path: Path) -> None:
@@ -76,10 +78,10 @@ def test_a_file_written_to_since_it_was_opened_keeps_the_bytes_read(tmp_path: Pa
     copy = tmp_path / "vm.xplane.pb"
     shutil.copyfile(PROFILE, copy)
     with TraceStream(str(copy)) as s:
-        assert s.unchanged_fd() is not None or not GUARDED
+        assert s.unread_fd() is not None or not GUARDED
         st = copy.stat()
         os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-        assert s.unchanged_fd() is None
+        assert s.unread_fd() is None
         trace = read_xspace(s)
     assert all(isinstance(line.data, bytes) for line in trace.lines)
 
@@ -118,3 +120,28 @@ def test_an_xspace_cut_short_under_the_mapping_is_refused_and_nothing_is_written
         reduce_file(copy, out, level=0, indexer=cut_after_reading)
     assert mapped.faults() > before  # the pages past the cut read as zeros, counted
     assert not out.exists() and os.listdir(tmp_path) == ["vm.xplane.pb"]
+
+
+def _resident_bytes(address: int) -> int:
+    """What of the mapping holding `address` is in this process's memory (`/proc/self/smaps`)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not GUARDED, reason="a mapping in place needs the guard (the native build's _guard)")
+def test_an_xspace_read_in_place_holds_the_pages_it_is_at_not_all_it_read() -> None:
+    size = PROFILE.stat().st_size
+    trace = _read(PROFILE)
+    at = trace.arrays[0].ctypes.data
+    assert _resident_bytes(at) <= size // 4  # walked and decoded: the pages given back as it went
+    rows = np.arange(len(trace.meta_json), len(trace.table.ph))
+    written = sum(len(b"".join(chunk)) for chunk in trace.events(rows))  # every event, its stats read
+    assert written > size and _resident_bytes(at) <= size // 4

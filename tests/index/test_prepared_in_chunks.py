@@ -272,7 +272,7 @@ def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, 
         sl = slices_of(t)
         for folder in (None, str(tmp_path)):
             got = reduction._track_start_order(sl, folder)
-            assert got.dtype == np.int64 and np.array_equal(got, whole_slice_order(sl)), name
+            assert got.dtype == np.int32 and np.array_equal(got, whole_slice_order(sl)), name  # as stored
         prepared_of(t).static = None
         st = reduction._static(t, sl)
         has_ts = ~np.isnan(t.ts)
@@ -281,6 +281,12 @@ def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, 
         assert np.array_equal(st.has_ts, has_ts) and np.array_equal(st.always, always), name
         compared += 1
     assert compared >= 3
+
+
+def test_an_order_is_int32_while_every_row_number_fits_and_int64_past_it() -> None:
+    from tb_reduce_plugin.sorting import order_dtype
+
+    assert order_dtype(0) is np.int32 and order_dtype(2**31 - 1) is np.int32 and order_dtype(2**31) is np.int64
 
 
 def test_slices_out_of_order_with_runs_of_one_start_longer_than_a_bucket_sort_as_one_lexsort(tmp_path,
