@@ -865,13 +865,12 @@ class _Sink:
     made zeroed by the system and never written, so their pages are never touched."""
 
     _FILES = {**SPILL_FILES}
-    _ZERO = ("bind", "scope", "cat")  # and flow_key -1: what `add` writes of every event
 
     def __init__(self, spill_dir: Optional[str], rows: int) -> None:
         self.files = ColumnFiles(spill_dir, self._FILES, SPILL_DTYPES, "the XSpace's event table") \
             if spill_dir is not None else None
         self.cols: dict[str, np.ndarray] = {}
-        if self.files is None:
+        if self.files is None:  # bindings, scopes and categories stay 0, flow keys -1 (none)
             self.cols = {k: np.zeros(rows, dtype=SPILL_DTYPES[k]) for k in self._FILES}
             self.cols["flow_key"].fill(-1)
         self.n = 0
