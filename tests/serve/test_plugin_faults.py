@@ -9,13 +9,16 @@ import gc
 import gzip
 import json
 import logging
+import mmap
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from plugin_support import (
+    JAX_SMALL,
     TORCH_HOST,
     TORCH_RUN,
     assert_json_error,
@@ -26,6 +29,8 @@ from plugin_support import (
     make_plugin,
     require_corpus,
 )
+
+from tb_reduce_plugin import mapped
 
 
 def mount_tmpfs(path: Path, *options: str) -> bool:
@@ -74,6 +79,36 @@ def test_a_read_only_cache_directory_serves_from_memory_and_warns_once(
     assert len(warnings) == 1 and "memory" in warnings[0].getMessage()
     assert gzip.decompress(get(c, "trace", gz=True, run=TORCH_RUN, host=TORCH_HOST, level=0).get_data()) == \
         reference(tmp_path, 0)
+
+
+def test_an_xspace_served_from_memory_then_cut_short_on_disk_is_never_answered_from_zeros(
+        tmp_path: Path, tmpfs: Path) -> None:
+    """A read-only cache: the XSpace is read in memory, its file mapped where it lies for the
+    events a view keeps. Cut short after the first view, the next view reads zeros where
+    its pages were (the guard): it is refused with a clear error, never served, and the
+    server goes on answering."""
+    require_corpus()
+    profile = tmp_path / "logs" / "jax" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    profile.mkdir(parents=True)
+    xspace = profile / "vm.xplane.pb"
+    shutil.copyfile(JAX_SMALL / "vm.xplane.pb", xspace)
+    cache = tmpfs / "cache"
+    cache.mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    plugin = make_plugin(tmp_path / "logs", cache)
+    c = client(plugin)
+    run = "jax/2026_01_01_00_00_00"
+    assert get(c, "trace", gz=True, run=run, host="vm", level=2).status_code == 200
+    index = plugin.service.warm_index(plugin.service.trace_file(run, "vm"))
+    assert index is not None and all(isinstance(line.data, mmap.mmap) for line in index.source.lines)
+    plugin.service.catalog.max_age_s = 3600  # the listing not looked at again: the view reads the mapping
+    faults = mapped.faults()
+    os.truncate(xspace, 4096)  # as a profiler writing the file again in place would
+    # The zeros read where the cut pages were are thrown away, and the file is read again:
+    # what is left of it is said to be what it is now, a cut XSpace.
+    error = assert_json_error(get(c, "trace", run=run, host="vm", level=0), 422)
+    assert mapped.faults() > faults and error.startswith("not a valid XSpace: vm.xplane.pb")
+    assert get(c, "runs").status_code == 200
 
 
 def test_a_full_cache_directory_still_serves_traces_bigger_than_it(tmp_path: Path) -> None:
