@@ -313,6 +313,9 @@ class XSpaceTrace:
     # The file's bytes and the events' positions (mapped from a spill folder, when the
     # parse had one: `TraceIndex.arrays` has `mapped.shrunk` check them like columns).
     arrays: list = field(default_factory=list, repr=False)
+    # The file's bytes are the file itself, mapped where it lies (`mapped.map_in_place`): a
+    # store keeps no copy of them, and maps the file again when it reopens the index.
+    in_place: bool = False
     _name_json: dict = field(default_factory=dict, repr=False)  # name id -> its JSON, made once
     _formats: dict = field(default_factory=dict, repr=False)  # id(plane) -> its `_PlaneFormat`
     _text_json: dict = field(default_factory=dict, repr=False)  # short str stat bytes -> JSON (bounded)
@@ -953,7 +956,7 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     charges = _Charges(account)
     base = os.path.basename(stream.path)
     stream.forget_crc()  # its events are found by their place in the bytes kept, not read again
-    data, buf = _file_bytes(stream, charges, spill_dir)
+    data, buf, in_place = _file_bytes(stream, charges, spill_dir)
     file = _File(data, buf)
     try:
         shape = xspace_shape.scan(data, file.limit)
@@ -967,6 +970,7 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     gathered = _gather(shape, file, base, charges, spill_dir, _share(decoded, 0.0, WALK_SHARE))
     _drop_pages(data, 0, file.limit)  # walked: from here on, read again a chunk of events at a time
     trace = _build(gathered, base, charges, spill_dir, _share(decoded, WALK_SHARE, 1.0))
+    trace.in_place = in_place
     _drop_pages(data, 0, file.limit)  # what the decoding's last chunks and the pages around them left
     charges.give(heads)
     return trace
@@ -985,10 +989,18 @@ def _drop_pages(data: Any, start: int, end: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, a, b - a)
 
 
-def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]) -> tuple[Any, Optional[np.ndarray]]:
-    """The file's bytes with `_PAD` zeros after them, and a guarded array over them when
-    they are mapped: written block by block into `spill_dir` and mapped from there, or
-    (without a folder) joined in memory. `SpillFailed` when the folder cannot take them."""
+def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]) -> tuple[Any, Optional[np.ndarray], bool]:
+    """The file's bytes with `_PAD` zeros after them, a guarded array over them when they
+    are mapped, and whether that mapping is the file itself. A plain file still as it was
+    opened is mapped where it lies (`mapped.map_in_place`): nothing is copied, and a store
+    keeps no copy of it. Else they are written block by block into `spill_dir` and mapped
+    from there, or (without a folder) joined in memory. `SpillFailed` when the folder
+    cannot take them."""
+    fd = stream.unread_fd()
+    mapped = map_in_place(fd, stream.file_bytes, _PAD) if fd is not None else None
+    if mapped is not None:
+        stream.read_in_place()
+        return mapped[0], mapped[1], True
     if spill_dir is not None:
         path = os.path.join(spill_dir, DATA_FILE)
         try:
@@ -1008,12 +1020,7 @@ def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]
         except OSError as exc:
             raise SpillFailed(f"the XSpace could not be written to {spill_dir}: {exc.strerror or exc}") from None
         buf = map_bytes(path)
-        return buf.base, buf  # the mapping itself: sliced as bytes, searched, handed to upb
-    fd = stream.unread_fd()
-    mapped = map_in_place(fd, stream.file_bytes, _PAD) if fd is not None else None
-    if mapped is not None:  # a plain file as opened: its own pages, read where they lie, not held
-        stream.read_in_place()
-        return mapped
+        return buf.base, buf, False  # the mapping itself: sliced as bytes, searched, handed to upb
     chunks, total = [], 0
     while True:
         block = stream.read()
@@ -1027,7 +1034,7 @@ def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]
     data = b"".join(chunks)
     del chunks
     charges.give(total)
-    return data, None
+    return data, None, False
 
 
 def _parse(cls: Any, data: Any, spans: Iterable[tuple[int, int]], base: str, what: str) -> Any:
@@ -1454,12 +1461,18 @@ KEPT_FILES = (DATA_FILE, _POSITION_FILES["starts"], _POSITION_FILES["ends"])
 
 def kept(trace: XSpaceTrace) -> Optional[dict]:
     """What the index store keeps of an XSpace beside its table and files, as plain values
-    (planes, lines, metadata rows); None when it cannot be kept: its file's bytes are not
-    mapped from a spill folder, or some line's events were copied out of them (the pure
-    build's unusual layouts)."""
-    if len(trace.arrays) != 3 or not all(isinstance(a, np.memmap) for a in trace.arrays):
+    (planes, lines, metadata rows, and whether the file's bytes are the file itself); None
+    when it cannot be kept: its positions are not mapped from a spill folder, its file's
+    bytes neither from there nor from the file itself, or some line's events were copied
+    out of them (the pure build's unusual layouts)."""
+    if len(trace.arrays) != 3 or not all(isinstance(a, np.memmap) for a in trace.arrays[1:]):
         return None
-    data = trace.arrays[0].base
+    if trace.in_place:
+        data = trace.lines[0].data if trace.lines else None
+    elif isinstance(trace.arrays[0], np.memmap):
+        data = trace.arrays[0].base
+    else:
+        return None
     if any(line.data is not data for line in trace.lines):
         return None
     planes: list[list] = []
@@ -1471,15 +1484,28 @@ def kept(trace: XSpaceTrace) -> Optional[dict]:
             planes.append([p.name, p.pid, list(p.stat_names.items()), list(p.md_args.items())])
     return {"meta_json": list(trace.meta_json), "planes": planes,
             "lines": [[number[id(line.plane)], line.pid, line.tid, line.counter] for line in trace.lines],
-            "line_first": trace.line_first.tolist()}
+            "line_first": trace.line_first.tolist(), "in_place": trace.in_place}
+
+
+def map_file_again(path: str, identity: Any) -> Optional[tuple[mmap.mmap, np.ndarray]]:
+    """The file of a stored index whose bytes are the file itself (`kept`'s `in_place`),
+    mapped where it lies again, as the parse mapped it; None where it is not the version
+    the index was made from (`identity`), or cannot be mapped so now."""
+    try:
+        with TraceStream(path, expect=identity) as stream:
+            fd = stream.unread_fd() if stream.identity == identity else None
+            return map_in_place(fd, stream.file_bytes, _PAD) if fd is not None else None
+    except (TraceError, OSError):
+        return None
 
 
 def restore(state: dict, table: EventTable, metadata: dict, extra: dict, buf: np.ndarray, starts: np.ndarray,
-            ends: np.ndarray, check: bool) -> XSpaceTrace:
+            ends: np.ndarray, check: bool, in_place: Optional[mmap.mmap] = None) -> XSpaceTrace:
     """The XSpace of a stored index (`kept`'s values, the mapped file and positions).
     `check`: the files changed since they were last checked: every position is checked
-    to lie in the file's bytes (a plan and a write read through them). ValueError when
-    anything does not fit."""
+    to lie in the file's bytes (a plan and a write read through them). `in_place`: the
+    file itself mapped (`map_file_again`), whose bytes `buf` is. ValueError when anything
+    does not fit."""
     meta_json = [bytes(b) for b in state["meta_json"]]
     planes = [_Plane(str(name), int(pid), {int(k): str(v) for k, v in stat_names},
                      {int(k): dict(v) for k, v in md_args}) for name, pid, stat_names, md_args in state["planes"]]
@@ -1494,12 +1520,14 @@ def restore(state: dict, table: EventTable, metadata: dict, extra: dict, buf: np
         limit = len(buf) - _PAD
         if int(starts.min()) < 0 or int(ends.max()) > limit or bool(np.any(ends < starts)):
             raise ValueError("an event's position lies outside the file's bytes")
-    data = buf.base
+    data = buf.base if in_place is None else in_place
     bounds = (first - n_meta).tolist() + [total - n_meta]
     lines = []
     for (plane, pid, tid, counter), a, b, at in zip(rows, bounds, bounds[1:], first.tolist()):
-        lines.append(_Line(at, planes[int(plane)], int(pid), int(tid), bool(counter), data, starts[a:b], ends[a:b]))
-    return XSpaceTrace(table, metadata, meta_json, lines, first, extra=extra, arrays=[buf, starts, ends])
+        lines.append(_Line(at, planes[int(plane)], int(pid), int(tid), bool(counter), data, starts[a:b], ends[a:b],
+                           buf))
+    return XSpaceTrace(table, metadata, meta_json, lines, first, extra=extra, arrays=[buf, starts, ends],
+                       in_place=in_place is not None)
 
 
 def _step_markers(line: _Line, mids: np.ndarray, first: int) -> list[tuple[int, float]]:

@@ -313,12 +313,19 @@ class IndexStore:
         extra["stored_index"] = True
         fmt = manifest.get("format", "chrome-json")  # indexes kept before XSpace's were all Chrome traces'
         if fmt == "xspace":
-            if xspace.DATA_FILE not in files:
+            in_place = None
+            if strings["xspace"].get("in_place"):  # the file's bytes are the file itself: mapped again
+                got = xspace.map_file_again(path, identity)
+                if got is None:
+                    raise Damaged("its trace file is not the version it was made from, or cannot be mapped now")
+                in_place, buf = got
+            elif xspace.DATA_FILE not in files:
                 raise Damaged(f"{xspace.DATA_FILE} is missing from its manifest")
-            buf = mapped.map_bytes(os.path.join(folder, xspace.DATA_FILE))
+            else:
+                buf = mapped.map_bytes(os.path.join(folder, xspace.DATA_FILE))
             starts, ends = (_column(folder, name[:-4], files) for name in xspace.KEPT_FILES[1:])
             source = xspace.restore(strings["xspace"], table, strings["metadata"], extra, buf, starts, ends,
-                                    check=not unchanged)
+                                    check=not unchanged, in_place=in_place)
             return TraceIndex(path=path, format="xspace", table=table, metadata=strings["metadata"],
                               truncated=strings["truncated"], file_bytes=strings["file_bytes"],
                               json_bytes=strings["json_bytes"], seconds=0.0, source=source, extra=extra,
@@ -578,15 +585,16 @@ class IndexStore:
     # ---- save ----------------------------------------------------------------------
     def can_save(self, index: TraceIndex) -> bool:
         """Whether `save` would keep `index`: one read from a known file version, a Chrome
-        trace's, or an XSpace's whose file bytes and event positions the parse wrote into
-        its spill folder (they are linked into the index, not written again)."""
+        trace's, or an XSpace's whose event positions (and file bytes, unless they are the
+        file itself, mapped in place) the parse wrote into its spill folder (they are linked
+        into the index, not written again)."""
         if not self.usable or index.identity is None or index.extra.get("stored_index"):
             return False
         source = index.source
         if index.format == "chrome-json":
             return isinstance(source, ChromeJsonEvents)
         return (index.format == "xspace" and isinstance(source, XSpaceTrace) and xspace.kept(source) is not None
-                and all(_spilled_file(index, a, name) is not None for a, name in zip(source.arrays, xspace.KEPT_FILES)))
+                and all(_spilled_file(index, a, name) is not None for a, name in _xspace_files(source)))
 
     def save(self, index: TraceIndex) -> bool:
         """Persist `index` (a Chrome trace's, read from a local file); True once it is in
@@ -612,7 +620,7 @@ class IndexStore:
                 arrays += [("pos_starts.npy", positions.starts), ("pos_lengths.npy", positions.lengths)]
         else:  # an XSpace: its planes, lines and metadata rows; its file bytes and positions, linked
             strings["xspace"] = xspace.kept(source)
-            arrays += list(zip(xspace.KEPT_FILES, source.arrays))
+            arrays += [(name, a) for a, name in _xspace_files(source)]
         try:
             encoded = _encoder.encode(strings)
         except (TypeError, UnicodeEncodeError, OverflowError, msgspec.EncodeError) as exc:
@@ -785,6 +793,13 @@ class _Kinds(dict):
 
 
 _ERROR_KINDS = _Kinds()
+
+
+def _xspace_files(source: XSpaceTrace) -> list[tuple[np.ndarray, str]]:
+    """An XSpace's arrays the store keeps, with their files' names: its events' positions, and
+    its file's bytes unless they are the file itself (`XSpaceTrace.in_place`: not copied)."""
+    return [(a, name) for a, name in zip(source.arrays, xspace.KEPT_FILES)
+            if not (source.in_place and name == xspace.DATA_FILE)]
 
 
 def _spilled_file(index: TraceIndex, column: np.ndarray, name: str) -> Optional[str]:

@@ -26,7 +26,7 @@ from tb_reduce_plugin.formats import xspace, xspace_shape
 from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.formats.xspace import read_xspace
 from tb_reduce_plugin.formats.xspace_schema import XPlane, XSpace
-from tb_reduce_plugin.native import scanner_module
+from tb_reduce_plugin.native import guard_module, scanner_module
 from tests.protobuf_wire import event, sfield, stat, tag, varint, vfield
 from tests.table_equality import native, table_difference
 from tests.xspace_whole_oracle import read_xspace_whole
@@ -223,7 +223,10 @@ def test_a_server_parse_of_an_xspace_charges_no_mapped_bytes_and_keeps_its_folde
     with monkeypatch.context() as m:  # the bytes kept as read (not mapped in place once read: a gzip's)
         m.setattr(xspace, "map_in_place", lambda fd, size, pad: None)
         in_memory = parse_spilling(None, str(path))
-    assert index.spill_dir is not None and os.path.isfile(os.path.join(index.spill_dir, xspace.DATA_FILE))
+    # the file's bytes: the file itself, mapped where it lies; or a copy in the folder (no guard)
+    copied = os.path.isfile(os.path.join(index.spill_dir or "", xspace.DATA_FILE))
+    assert index.spill_dir is not None and copied != index.source.in_place
+    assert index.source.in_place == (guard_module() is not None)
     assert index.table.scratch == index.spill_dir and in_memory.table.scratch is None  # prepared state goes there
     in_memory.table.scratch = index.spill_dir
     assert table_difference(index.table, in_memory.table) is None

@@ -1,13 +1,16 @@
 """An XSpace's index kept in the store (issue 26, items 1 and 6): what a spilling parse
-wrote (the file's bytes, the columns, the events' positions) linked into the index with
-its planes, lines and metadata rows, and reopened by a restarted server or the CLI's
+wrote (the columns, the events' positions, and a copy of the file's bytes where the file
+itself cannot be mapped again) linked into the index with its planes, lines and metadata
+rows, and reopened by a restarted server or the CLI's
 `--cache-dir` without reading the XSpace again: the same table and, at every level and
 window, the same bytes as a fresh parse; damaged files found and rebuilt, never trusted."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import mmap
 import shutil
 import subprocess
 import sys
@@ -19,7 +22,9 @@ from conftest import ROOT, TESTS
 from index_support import _resum, reduced, stored_folder
 
 from tb_reduce_plugin.formats import xspace
+from tb_reduce_plugin.formats.sources import FileIdentity
 from tb_reduce_plugin.index.store import IndexStore, indexed, parse_spilling
+from tb_reduce_plugin.native import guard_module
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file
@@ -70,15 +75,55 @@ def test_a_reopened_xspace_index_gives_every_view_and_query_a_fresh_parse_gives(
                                                                              None)
 
 
-def test_a_reopened_xspace_maps_its_file_and_charges_none_of_it(xplane, tmp_path):
+@pytest.mark.parametrize("in_place", [True, False], ids=["the file itself", "a copy"])
+def test_a_reopened_xspace_maps_its_file_and_charges_none_of_it(xplane, tmp_path, monkeypatch, in_place):
+    if in_place and guard_module() is None:
+        pytest.skip("a mapping in place needs the guard (the native build's _guard)")
+    if not in_place:  # as a gzip, a pure build or a file with no room for the zeros after it are kept
+        monkeypatch.setattr(xspace, "map_in_place", lambda fd, size, pad: None)
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
     _stored(store, xplane)
+    folder = stored_folder(store, xplane)
     reopened = indexed(store, str(xplane))
     trace = reopened.source
-    assert isinstance(trace.arrays[0], np.memmap)  # (columns this small are read, not mapped)
-    assert all(line.data is trace.arrays[0].base for line in trace.lines)
-    assert reopened.memory_bytes() < xplane.stat().st_size  # the file's bytes are not charged: mapped
-    assert not any(stored_folder(store, xplane).glob("*.tmp"))
+    size = xplane.stat().st_size
+    assert reopened.extra.get("stored_index") and trace.in_place == in_place
+    if in_place:  # no copy kept: the trace file mapped again where it lies
+        assert not (folder / xspace.DATA_FILE).exists()
+        assert all(isinstance(line.data, mmap.mmap) for line in trace.lines)
+        assert bytes(trace.arrays[0][:size]) == xplane.read_bytes()
+    else:
+        assert isinstance(trace.arrays[0], np.memmap) and (folder / xspace.DATA_FILE).stat().st_size > size
+        assert all(line.data is trace.arrays[0].base for line in trace.lines)
+    assert reopened.memory_bytes() < size  # the file's bytes are not charged: mapped
+    assert not any(folder.glob("*.tmp"))
+
+
+def test_a_stored_xspace_whose_file_cannot_be_mapped_again_is_parsed_again(xplane, tmp_path, monkeypatch):
+    """(A pure build reopening it, say.) The index goes, the file is read again, and the
+    new index keeps a copy of its bytes."""
+    if guard_module() is None:
+        pytest.skip("a mapping in place needs the guard (the native build's _guard)")
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    expected = reduced(_stored(store, xplane), 2)
+    monkeypatch.setattr(xspace, "map_file_again", lambda path, identity: None)
+    monkeypatch.setattr(xspace, "map_in_place", lambda fd, size, pad: None)
+    again = indexed(store, str(xplane))
+    assert not again.extra.get("stored_index") and store.damaged == 1 and reduced(again, 2) == expected
+    assert indexed(store, str(xplane)).source.in_place is False
+
+
+def test_mapping_a_stored_xspace_file_again_needs_the_version_it_was_made_from(xplane) -> None:
+    if guard_module() is None:
+        pytest.skip("a mapping in place needs the guard (the native build's _guard)")
+    identity = FileIdentity.from_stat(xplane.stat())
+    mm, buf = xspace.map_file_again(str(xplane), identity)
+    assert mm[:] == xplane.read_bytes() and len(buf) == identity.size + xspace._PAD
+    assert xspace.map_file_again(str(xplane), dataclasses.replace(identity, mtime_ns=identity.mtime_ns + 1)) is None
+    with open(xplane, "ab") as f:
+        f.write(b"\0")  # grown: another version
+    assert xspace.map_file_again(str(xplane), identity) is None
+    assert xspace.map_file_again(str(xplane.parent / "gone.xplane.pb"), identity) is None
 
 
 def test_an_xspace_parsed_in_memory_or_with_lines_copied_out_is_not_kept(xplane, tmp_path):
@@ -109,7 +154,7 @@ def _delete_positions(folder: Path) -> None:
 def _positions_past_the_file(folder: Path) -> None:
     """Consistent (checksums rewritten), but an event ends past the file's bytes."""
     ends = np.load(folder / "xspace_ends.npy")
-    ends[-1] = (folder / xspace.DATA_FILE).stat().st_size + 10
+    ends[-1] = 1 << 40  # past any file's bytes, kept or not
     np.save(folder / "xspace_ends.npy", ends)
     manifest = json.loads((folder / "manifest.json").read_text())
     _resum(manifest, folder, "xspace_ends.npy")
@@ -135,7 +180,9 @@ def _unknown_format(folder: Path) -> None:
 @pytest.mark.parametrize("damage", [_cut_file, _flip_position, _delete_positions, _positions_past_the_file,
                                     _lines_not_matching_events, _unknown_format],
                          ids=lambda f: f.__name__.strip("_"))
-def test_a_damaged_xspace_index_is_removed_and_the_file_parsed_again(xplane, tmp_path, damage):
+def test_a_damaged_xspace_index_is_removed_and_the_file_parsed_again(xplane, tmp_path, damage, monkeypatch):
+    if damage is _cut_file:  # the copy of its bytes an index keeps where it cannot map the file itself
+        monkeypatch.setattr(xspace, "map_in_place", lambda fd, size, pad: None)
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
     parsed = _stored(store, xplane)
     expected = reduced(parsed, 2)
