@@ -976,17 +976,20 @@ def read_xspace(stream: TraceStream, account: Any = None, spill_dir: Optional[st
     return trace
 
 
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # where the system has madvise
+
+
 def _drop_pages(data: Any, start: int, end: int) -> None:
     """The whole pages of data[start:end] out of this process's memory, where `data` is a
     mapping: they stay in the page cache and are read again if touched (a file mapping
     read only loses nothing), so a walk or a decoding pass over a file's bytes holds the
     part it is at, not all it has read. Nothing for bytes in memory."""
-    if not isinstance(data, mmap.mmap):
+    if not isinstance(data, mmap.mmap) or _DONTNEED is None:
         return
     page = mmap.PAGESIZE
     a, b = -(-start // page) * page, min(end, len(data)) // page * page
     if b > a:
-        data.madvise(mmap.MADV_DONTNEED, a, b - a)
+        data.madvise(_DONTNEED, a, b - a)
 
 
 def _file_bytes(stream: TraceStream, charges: _Charges, spill_dir: Optional[str]) -> tuple[Any, Optional[np.ndarray], bool]:
