@@ -930,7 +930,6 @@ WALK_SHARE = 0.35
 WALK_STEP = 0.01
 _LINE_MASK = sum(1 << n for n in xspace_shape.LINE_HEAD)
 _POSITION_FILES = {"starts": "xspace_starts.npy", "ends": "xspace_ends.npy"}
-_POSITION_DTYPES = {"starts": np.int64, "ends": np.int64}
 DATA_FILE = "xspace.pb"  # the file's bytes in the spill folder, mapped
 _SPILL_READ = 4 << 20  # bytes read at once on their way to that file
 
@@ -1117,11 +1116,15 @@ class _Gathered:
 
 class _Positions:
     """Each line's events' starts and ends, appended line by line: to files of the spill
-    folder (mapped once all are in), or held in memory (charged)."""
+    folder (mapped once all are in), or held in memory (charged). int32 where the file's
+    bytes are fewer than 2^31 (`position_dtype`): 8 B an event, not 16, in memory and in a
+    stored index; every use reads them as it reads int64 (the native calls and the walk
+    of the events' fields take them as int64)."""
 
-    def __init__(self, spill_dir: Optional[str], charges: _Charges) -> None:
-        self.files = ColumnFiles(spill_dir, _POSITION_FILES, _POSITION_DTYPES, "the XSpace's event positions") \
-            if spill_dir is not None else None
+    def __init__(self, spill_dir: Optional[str], charges: _Charges, dtype: type) -> None:
+        self.dtype = np.dtype(dtype)
+        self.files = ColumnFiles(spill_dir, _POSITION_FILES, {k: dtype for k in _POSITION_FILES},
+                                 "the XSpace's event positions") if spill_dir is not None else None
         self.parts: dict[str, list[np.ndarray]] = {"starts": [], "ends": []}
         self.charges = charges
         self.n = 0
@@ -1130,9 +1133,9 @@ class _Positions:
         if self.files is not None:
             self.files.append({"starts": starts, "ends": ends})
         else:
-            self.charges.hold(16 * len(starts), "the positions of the XSpace's events")
-            self.parts["starts"].append(starts)
-            self.parts["ends"].append(ends)
+            self.charges.hold(2 * self.dtype.itemsize * len(starts), "the positions of the XSpace's events")
+            self.parts["starts"].append(starts.astype(self.dtype, copy=False))
+            self.parts["ends"].append(ends.astype(self.dtype, copy=False))
         first = self.n
         self.n += len(starts)
         return first, self.n
@@ -1140,7 +1143,12 @@ class _Positions:
     def finish(self) -> dict[str, np.ndarray]:
         if self.files is not None:
             return self.files.finish(self.n)
-        return {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in self.parts.items()}
+        return {k: np.concatenate(v) if v else np.zeros(0, dtype=self.dtype) for k, v in self.parts.items()}
+
+
+def position_dtype(file_bytes: int) -> type:
+    """The dtype of an XSpace's event positions: int32 while every place in the file fits."""
+    return np.int32 if file_bytes + _PAD < 2**31 else np.int64
 
 
 def _share(told: Optional[Callable[[float], None]], lo: float, hi: float) -> Optional[Callable[[float], None]]:
@@ -1170,7 +1178,7 @@ def _gather(shape: xspace_shape.Shape, file: _File, base: str, charges: _Charges
     process_names: dict[int, str] = {}
     thread_names: dict[tuple[int, int], str] = {}
     located: list[tuple[Any, np.ndarray, int, int]] = []
-    positions = _Positions(spill_dir, charges)
+    positions = _Positions(spill_dir, charges, position_dtype(file.limit))
     for plane, (plane_at, plane_end), plane_name, pid in zip(planes, shape.plane_spans, plane_names, pids):
         stat_names = {k: as_text(v.name) for k, v in plane.stat_metadata.items()}
         info: dict[str, Any] = {"name": plane_name, "id": plane.id}

@@ -320,3 +320,12 @@ def test_the_progress_of_an_xspace_counts_its_decoding_not_only_its_reading(tmp_
     calls.clear()
     pipeline.index_file(chrome, progress=lambda done, total: calls.append((done, total)))
     assert calls[-1][0] == calls[-1][1] == chrome.stat().st_size and max(d for d, _ in calls) == calls[-1][0]
+
+
+def test_an_xspaces_event_positions_are_int32_below_2_gib_and_int64_past_it(tmp_path: Path) -> None:
+    path = max(XSPACES, key=lambda p: p.stat().st_size)
+    for spill in (None, tmp_path / "spill"):
+        trace = _read(path, spill)
+        assert all(line.starts.dtype == np.int32 and line.ends.dtype == np.int32 for line in trace.lines), spill
+        assert trace.arrays[1].dtype == trace.arrays[2].dtype == np.int32
+    assert xspace.position_dtype(2**31 - xspace._PAD - 1) is np.int32 and xspace.position_dtype(2**31) is np.int64

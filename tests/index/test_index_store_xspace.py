@@ -154,7 +154,7 @@ def _delete_positions(folder: Path) -> None:
 def _positions_past_the_file(folder: Path) -> None:
     """Consistent (checksums rewritten), but an event ends past the file's bytes."""
     ends = np.load(folder / "xspace_ends.npy")
-    ends[-1] = 1 << 40  # past any file's bytes, kept or not
+    ends[-1] = np.iinfo(ends.dtype).max  # past any file's bytes, kept or not
     np.save(folder / "xspace_ends.npy", ends)
     manifest = json.loads((folder / "manifest.json").read_text())
     _resum(manifest, folder, "xspace_ends.npy")
