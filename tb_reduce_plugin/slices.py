@@ -15,6 +15,7 @@ import numpy as np
 
 from .mapped import Appended
 from .model import PH_B, PH_E, PH_X, EventTable
+from .sorting import row_dtype
 
 _LARGEST = np.finfo(np.float64).max
 
@@ -101,7 +102,7 @@ def build_slices(t: EventTable) -> SliceTable:
     are counted first and their columns made in place (`Appended`'s `rows`): not made in
     parts and copied whole again."""
     n = len(t.ph)
-    index_type = np.int32 if n < 2**31 else np.int64  # 8 bytes a slice saved
+    index_type = row_dtype(n)  # 8 bytes a slice saved
     be_parts: list[np.ndarray] = []
     pairs = None
     rows = None

@@ -27,8 +27,9 @@ def sample_bytes(n: int) -> int:
     return SAMPLE_BYTES_PER_ROW * len(range(0, n, max(1, n // SAMPLE_ROWS)))
 
 
-def order_dtype(n: int) -> type:
-    """The dtype of an order of `n` rows: int32 while every row number fits."""
+def row_dtype(n: int) -> type:
+    """The dtype of row numbers among `n` rows (an order, a slice's event): int32 while
+    every one fits, 4 bytes a row fewer than int64."""
     return np.int32 if n < 2**31 else np.int64
 
 
@@ -44,16 +45,16 @@ def order_by(key: np.ndarray, tie: Optional[np.ndarray], group: Optional[np.ndar
     every use takes them; without a folder, made at their full size and filled in place
     (not joined from parts: the order of an XSpace's 2.1 M slices held 17 MB twice)."""
     n = len(key)
-    out = Appended(folder, {"order": order_dtype(n)}, what, rows=n)
+    out = Appended(folder, {"order": row_dtype(n)}, what, rows=n)
     if _in_order(key, tie, group, chunk):
         for c in _chunks(n, chunk):
-            out.append({"order": np.arange(c.start, c.stop, dtype=order_dtype(n))})
+            out.append({"order": np.arange(c.start, c.stop, dtype=row_dtype(n))})
         return out.finish()["order"]
     cuts = _key_cuts(key, group, chunk)  # per group: the sampled keys its buckets are cut at
     first = np.zeros(len(cuts) + 1, dtype=np.int64)  # each group's first bucket
     np.cumsum([len(c) + 1 for c in cuts], out=first[1:])
     counts = np.zeros(int(first[-1]), dtype=np.int64)
-    with scratch_array(folder, "sort_bucket", n, np.int32 if len(counts) < 2**31 else np.int64) as bucket, \
+    with scratch_array(folder, "sort_bucket", n, row_dtype(len(counts))) as bucket, \
             scratch_array(folder, "sort_rows", n, np.int64) as rows:
         for c in _chunks(n, chunk):
             bucket[c] = b = _bucket_of(key, group, c, cuts, first)

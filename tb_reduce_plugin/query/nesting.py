@@ -30,6 +30,7 @@ from ..model import EventTable
 from ..reduce import reduction
 from ..reduce.reduction import slice_order, slices_of
 from ..slices import chunk_end
+from ..sorting import row_dtype
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
 _LOOP_BELOW = 256
@@ -49,7 +50,7 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
     first, then file order) is decided inside one chunk.
     """
     m = len(start)
-    index_type = np.int32 if m < 2**31 else np.int64
+    index_type = row_dtype(m)
     parent = np.full(m, -1, dtype=index_type)
     if m == 0:
         return parent

@@ -33,7 +33,7 @@ from ..model import INSTANT_PHASES, EventTable, ph_in
 from ..reduce.reduction import CHUNK_EVENTS as CHUNK_ROWS
 from ..reduce.reduction import check_window, slices_bytes, slices_of
 from ..slices import SliceTable
-from ..sorting import order_by, sample_bytes
+from ..sorting import order_by, row_dtype, sample_bytes
 
 MAX_QUERY_CHARS = 1000
 DEFAULT_LIMIT = 1000
@@ -189,7 +189,7 @@ def _build_searchable(t: EventTable, sl: SliceTable) -> _Searchable:
         rows.append({"event": inst + c.start, "ts": ts[inst], "row": np.full(len(inst), -1, dtype=np.int64)})
     cols = rows.finish()
     order = order_by(cols["ts"], cols["event"], None, folder, CHUNK_ROWS, "the search's time order")
-    index_type = np.int32 if len(t) < 2**31 else np.int64
+    index_type = row_dtype(len(t))
     out = Appended(folder, {"event": index_type, "row": index_type}, "the search's time order")
     for c in _chunks(len(order)):
         at = np.asarray(order[c])

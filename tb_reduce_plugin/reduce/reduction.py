@@ -46,7 +46,7 @@ from ..model import (
 from ..read_advice import cold, random_reads, will_need
 from ..scan_pieces import usable_cores
 from ..slices import SliceTable, build_slices, chunk_end
-from ..sorting import order_by, sample_bytes
+from ..sorting import order_by, row_dtype, sample_bytes
 from .busy import digits_of, group_busy
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .window_index import WindowIndex, build_window_index
@@ -962,7 +962,7 @@ def _flow_keep(t: EventTable, sl: SliceTable, kept_slice: np.ndarray) -> np.ndar
         kept = kept_slice[rows]
         n_kept = int(np.count_nonzero(kept))
         if 2 * n_kept > len(kept):  # "how many kept before row r": a running count when dense (4 B a slice)
-            count = np.zeros(len(kept) + 1, dtype=np.int32 if len(kept) < 2**31 else np.int64)
+            count = np.zeros(len(kept) + 1, dtype=row_dtype(len(kept)))
             np.cumsum(kept, out=count[1:])
             kept_before = count.__getitem__
         else:  # the kept rows when sparse (8 B a kept slice)

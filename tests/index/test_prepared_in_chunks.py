@@ -283,10 +283,10 @@ def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, 
     assert compared >= 3
 
 
-def test_an_order_is_int32_while_every_row_number_fits_and_int64_past_it() -> None:
-    from tb_reduce_plugin.sorting import order_dtype
+def test_row_numbers_are_int32_while_every_one_fits_and_int64_past_it() -> None:
+    from tb_reduce_plugin.sorting import row_dtype
 
-    assert order_dtype(0) is np.int32 and order_dtype(2**31 - 1) is np.int32 and order_dtype(2**31) is np.int64
+    assert row_dtype(0) is np.int32 and row_dtype(2**31 - 1) is np.int32 and row_dtype(2**31) is np.int64
 
 
 def test_slices_out_of_order_with_runs_of_one_start_longer_than_a_bucket_sort_as_one_lexsort(tmp_path,
