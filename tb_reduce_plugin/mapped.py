@@ -39,6 +39,15 @@ def map_array(path: str) -> np.ndarray:
     return a
 
 
+def held_bytes(a: np.ndarray) -> int:
+    """The process's own memory `a` holds: none for a mapped file's pages (file-backed, the
+    kernel takes them back at will) or for one value broadcast to every row (a stored index's
+    repeated values); its bytes otherwise."""
+    if isinstance(a, np.memmap) or (a.ndim == 1 and len(a) > 1 and a.strides[0] == 0):
+        return 0
+    return a.nbytes
+
+
 def map_bytes(path: str) -> np.ndarray:
     """The raw file at `path` as read-only uint8, mapped and guarded like `map_array`'s
     columns (its `.base` is the mapping itself: sliced as bytes, searched, given to upb)."""

@@ -104,22 +104,21 @@ def build_slices(t: EventTable) -> SliceTable:
     n = len(t.ph)
     index_type = row_dtype(n)  # 8 bytes a slice saved
     be_parts: list[np.ndarray] = []
-    pairs = None
-    rows = None
-    if t.scratch is None:  # in memory: the slices counted first, so their columns are made in place
-        rows, first, last = 0, n, -1
-        for a in range(0, n, CHUNK_EVENTS):
-            ph, ts = np.asarray(t.ph[a:a + CHUNK_EVENTS]), np.asarray(t.ts[a:a + CHUNK_EVENTS])
-            has_ts = ~np.isnan(ts)
-            xs = np.flatnonzero((ph == PH_X) & has_ts)
-            if len(xs):
-                rows += len(xs)
-                first, last = min(first, a + int(xs[0])), a + int(xs[-1])
-            be_parts.append(_be_rows(ph, has_ts, a))
-        pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
-        if rows and rows == last - first + 1 and not len(pairs[0]):
-            return _x_run(t, first, last + 1, index_type, pairs[2])
-        rows += len(pairs[0])
+    # The slices counted first: their columns are then made in place (in memory), or, when
+    # they are the X events of one run of rows (an XSpace's), are views of the table's own.
+    rows, first, last = 0, n, -1
+    for a in range(0, n, CHUNK_EVENTS):
+        ph, ts = np.asarray(t.ph[a:a + CHUNK_EVENTS]), np.asarray(t.ts[a:a + CHUNK_EVENTS])
+        has_ts = ~np.isnan(ts)
+        xs = np.flatnonzero((ph == PH_X) & has_ts)
+        if len(xs):
+            rows += len(xs)
+            first, last = min(first, a + int(xs[0])), a + int(xs[-1])
+        be_parts.append(_be_rows(ph, has_ts, a))
+    pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
+    if rows and rows == last - first + 1 and not len(pairs[0]):
+        return _x_run(t, first, last + 1, index_type, pairs[2])
+    rows += len(pairs[0])
     cols = Appended(t.scratch, {"slice_start": np.float64, "slice_end": np.float64, "slice_dur": np.float64,
                                 "slice_event": index_type, "slice_track": t.track.dtype,
                                 "slice_name": t.name.dtype, "slice_partner": index_type}, "the slices", rows=rows)
@@ -134,11 +133,6 @@ def build_slices(t: EventTable) -> SliceTable:
         cols.append({"slice_start": x_start, "slice_end": x_end, "slice_dur": dur_x, "slice_event": xs,
                      "slice_track": t.track[xs], "slice_name": t.name[xs],
                      "slice_partner": np.full(len(xs), -1, dtype=index_type)})
-        if pairs is None:
-            be_parts.append(_be_rows(ph, has_ts, a))
-
-    if pairs is None:
-        pairs = _pairs(t, np.concatenate(be_parts) if be_parts else np.zeros(0, dtype=np.int64))
     b_idx, e_idx, unpaired = pairs
     cols.append({"slice_start": t.ts[b_idx], "slice_end": t.ts[e_idx], "slice_dur": t.ts[e_idx] - t.ts[b_idx],
                  "slice_event": b_idx, "slice_track": t.track[b_idx], "slice_name": t.name[b_idx],
@@ -150,25 +144,46 @@ def build_slices(t: EventTable) -> SliceTable:
 
 
 def _x_run(t: EventTable, a: int, b: int, index_type: type, unpaired: np.ndarray) -> SliceTable:
-    """The slices of an in-memory table whose slices are the X events of rows a..b-1, every
-    one timed (an XSpace's: its metadata rows first, then every event): the table's own
-    times, durations (when all are finite and not negative, -0.0 included), tracks and
-    names, as read-only views, not copies. 24 B a slice fewer held: the level-2 view of a
-    2.1 M-event JAX profile peaked ~50 MB lower."""
+    """The slices of a table whose slices are the X events of rows a..b-1, every one timed
+    (an XSpace's: its metadata rows first, then every event): the table's own times,
+    durations (when all are finite and not negative, -0.0 included), tracks and names, as
+    read-only views, not copies, and one -1 for every partner. 28 B a slice fewer held (the
+    level-2 view of a 2.1 M-event JAX profile peaked ~50 MB lower), and kept: a stored
+    index keeps these as views too (`prepared_io`), not a second copy of the columns.
+    What is made (the ends, the event rows, durations that need clamping) is made a chunk
+    at a time, into the table's scratch folder when it has one, as `build_slices` makes it."""
     def view(column: np.ndarray) -> np.ndarray:
         v = column[a:b]
         v.flags.writeable = False  # the table's own column: never written through a slice
         return v
 
+    m = b - a
     start, dur = view(t.ts), view(t.dur)
+    plain = all(_plain_durations(np.asarray(dur[c:c + CHUNK_EVENTS])) for c in range(0, m, CHUNK_EVENTS))
+    made = {"slice_end": np.float64, "slice_event": index_type}
+    if not plain:  # NaN, infinite, negative or -0.0: as the chunked path writes them
+        made["slice_dur"] = np.float64
+    cols = Appended(t.scratch, made, "the slices", rows=m)
+    for c in range(0, m, CHUNK_EVENTS):
+        d = np.asarray(dur[c:c + CHUNK_EVENTS])
+        if not plain:
+            d = _x_dur(d)
+        part = {"slice_end": _x_end(np.asarray(start[c:c + CHUNK_EVENTS]), d),
+                "slice_event": np.arange(a + c, a + c + len(d), dtype=index_type)}
+        if not plain:
+            part["slice_dur"] = d
+        cols.append(part)
+    done = cols.finish()
+    return SliceTable(start=start, end=done["slice_end"], dur=dur if plain else done["slice_dur"],
+                      track=view(t.track), name=view(t.name), event=done["slice_event"],
+                      partner=np.broadcast_to(np.array(-1, dtype=index_type), (m,)), unpaired=np.sort(unpaired))
+
+
+def _plain_durations(dur: np.ndarray) -> bool:
+    """Whether every duration is finite and not negative (-0.0 is, in its sign bit)."""
     plain = np.isfinite(dur)
     plain &= ~np.signbit(dur)
-    if not plain.all():  # NaN, infinite, negative or -0.0: as the chunked path writes them
-        dur = _x_dur(dur)
-    del plain
-    return SliceTable(start=start, end=_x_end(start, dur), dur=dur, track=view(t.track), name=view(t.name),
-                      event=np.arange(a, b, dtype=index_type), partner=np.full(b - a, -1, dtype=index_type),
-                      unpaired=np.sort(unpaired))
+    return bool(plain.all())
 
 
 def _be_rows(ph: np.ndarray, has_ts: np.ndarray, a: int) -> np.ndarray:

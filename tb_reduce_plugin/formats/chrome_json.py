@@ -997,7 +997,7 @@ class ChromeJsonEvents:
         assert self.positions is not None
         if len(indices) and (int(indices[0]) < 0 or int(indices[-1]) >= self.expected_events):
             raise TraceError(f"no event {int(indices[-1])} in this trace")
-        starts = self.positions.starts[indices]
+        starts = self.positions.starts[indices].astype(np.int64)  # int32 as a stored index keeps them
         return starts, starts + self.positions.lengths[indices]
 
     def _copy(self, indices: np.ndarray, progress: Optional[Callable[[int, int], None]],

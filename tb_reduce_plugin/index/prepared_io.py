@@ -7,6 +7,11 @@ every value is a numpy array, a plain number or tuple, a dataclass of the known 
 below made of those, or a list of one such dataclass (the flow binding's segments, one per
 track: stored as one concatenated array per field plus offsets, not thousands of files).
 
+An array that is a run of rows of one of the table's own columns (an XSpace's slices:
+its X events' times, durations, tracks and names) is kept as that run (`{"col": name,
+"lo": row, "n": rows, "dtype": ...}`), not as a second copy of the column: ~24 B an event of an
+XSpace's index on disk.
+
 Only the kinds named in `_KINDS` are rebuilt, by name: a spec naming anything else is
 refused (`ValueError`), so a spec file can never make this module build another type.
 """
@@ -14,7 +19,7 @@ refused (`ValueError`), so a spec file can never make this module build another 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -31,20 +36,23 @@ _CACHED = {"SliceTable": ("_nesting",)}
 
 
 class _Arrays:
-    """Names the arrays of one encoding: a0, a1, ..."""
+    """Names the arrays of one encoding: a0, a1, ... (as they are: a writer makes them
+    contiguous a chunk at a time, and one value repeated is never made whole here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
         self.arrays: dict[str, np.ndarray] = {}
+        self.columns = columns
 
     def add(self, a: np.ndarray) -> str:
         name = f"a{len(self.arrays)}"
-        self.arrays[name] = np.ascontiguousarray(a)
+        self.arrays[name] = a
         return name
 
 
-def encode(prepared: Prepared) -> tuple[dict, dict[str, np.ndarray]]:
-    """(spec, arrays) of every field of `prepared` computed so far that can be kept."""
-    out = _Arrays()
+def encode(prepared: Prepared, columns: Optional[dict[str, np.ndarray]] = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """(spec, arrays) of every field of `prepared` computed so far that can be kept; an
+    array that is a run of rows of one of `columns` (the table's, by name) is named as such."""
+    out = _Arrays(columns or {})
     spec = {}
     for f in dataclasses.fields(prepared):
         value = getattr(prepared, f.name)
@@ -61,6 +69,9 @@ def _encode(value: Any, out: _Arrays) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise TypeError("object arrays are not kept")
+        run = _run_of(value, out.columns)
+        if run is not None:
+            return {"col": run[0], "lo": run[1], "n": len(value), "dtype": value.dtype.str}
         return {"a": out.add(value)}
     if isinstance(value, (bool, int, float, str)) or value is None:
         return {"j": value}
@@ -118,9 +129,29 @@ def _tiled(values: list, offsets: np.ndarray) -> Any:
     return base
 
 
-def decode(spec: dict, array: Callable[[str], np.ndarray]) -> Prepared:
-    """The `Prepared` a spec describes, its arrays from `array(name)` (mapped, read-only).
-    `ValueError` for anything this module did not write."""
+def _run_of(a: np.ndarray, columns: dict[str, np.ndarray]) -> Optional[tuple[str, int]]:
+    """(column name, first row) when `a` is a view of rows of one of `columns`: same dtype,
+    both laid out one value after the next, `a`'s memory inside the column's."""
+    if a.ndim != 1 or not len(a):
+        return None
+    step = a.dtype.itemsize
+    if a.strides[0] != step:
+        return None
+    at = a.ctypes.data
+    for name, c in columns.items():
+        if not isinstance(c, np.ndarray) or c.ndim != 1 or c.dtype != a.dtype or c.strides[0] != step or not len(c):
+            continue
+        off = at - c.ctypes.data
+        if off >= 0 and off % step == 0 and off // step + len(a) <= len(c):
+            return name, off // step
+    return None
+
+
+def decode(spec: dict, array: Callable[[str], np.ndarray],
+           column: Optional[Callable[[str], np.ndarray]] = None) -> Prepared:
+    """The `Prepared` a spec describes, its arrays from `array(name)` (mapped, read-only),
+    runs of the table's columns from `column(name)`. `ValueError` for anything this module
+    did not write (a run past its column included)."""
     if not isinstance(spec, dict):
         raise ValueError("the prepared state's spec is not an object")
     names = {f.name for f in dataclasses.fields(Prepared)}
@@ -128,15 +159,27 @@ def decode(spec: dict, array: Callable[[str], np.ndarray]) -> Prepared:
     for name, value in spec.items():
         if name not in names:
             raise ValueError(f"the prepared state names no field {name!r}")
-        kept[name] = _decode(value, array)
+        kept[name] = _decode(value, array, column)
     return Prepared(**kept)
 
 
-def _decode(node: Any, array: Callable[[str], np.ndarray]) -> Any:
+def _decode(node: Any, array: Callable[[str], np.ndarray], column: Optional[Callable[[str], np.ndarray]]) -> Any:
     if not isinstance(node, dict):
         raise ValueError("a prepared value is not an object")
     if "a" in node:
         return array(str(node["a"]))
+    if "col" in node:
+        lo, n = node.get("lo"), node.get("n")
+        if column is None or type(lo) is not int or type(n) is not int or lo < 0 or n < 1:
+            raise ValueError("a prepared run of a column is not one")
+        c = column(str(node["col"]))
+        if c.dtype.str != node.get("dtype"):
+            raise ValueError(f"column {node['col']!r} is not of the prepared run's type")
+        if lo + n > len(c):
+            raise ValueError(f"a prepared run of rows is past the {len(c)} of column {node['col']!r}")
+        v = c[lo:lo + n]
+        v.flags.writeable = False
+        return v
     if "j" in node:
         value = node["j"]
         if node.get("tuple"):
@@ -149,7 +192,7 @@ def _decode(node: Any, array: Callable[[str], np.ndarray]) -> Any:
             raise ValueError("a prepared value is not a plain one")
         return value
     if "t" in node:
-        return tuple(_decode(v, array) for v in node["t"])
+        return tuple(_decode(v, array, column) for v in node["t"])
     if "d" in node:
         cls = _KINDS.get(node["d"])
         if cls is None:
@@ -157,11 +200,11 @@ def _decode(node: Any, array: Callable[[str], np.ndarray]) -> Any:
         want = {f.name for f in dataclasses.fields(cls)}
         if set(node["f"]) != want:
             raise ValueError(f"the prepared {node['d']} has other fields")
-        value = cls(**{k: _decode(v, array) for k, v in node["f"].items()})
+        value = cls(**{k: _decode(v, array, column) for k, v in node["f"].items()})
         for k, v in dict(node.get("c", {})).items():
             if k not in _CACHED.get(node["d"], ()):
                 raise ValueError(f"the prepared {node['d']} caches no {k!r}")
-            value.__dict__[k] = _decode(v, array)
+            value.__dict__[k] = _decode(v, array, column)
         return value
     if "ld" in node:
         cls = _KINDS.get(node["ld"])

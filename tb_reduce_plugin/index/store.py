@@ -74,10 +74,13 @@ log = logging.getLogger(__name__)
 # handler that keeps records, as pytest's does, then held a reduced body alive).
 
 # Bump when what is stored, or how, changes: an older index is then simply not found.
-INDEX_VERSION = 2  # 2: event positions carry the CRC of the file as it lies, not of its text
+# 2: event positions carry the CRC of the file as it lies, not of its text; 3: one value
+# repeated is kept once (`fills`), and event positions int32 below 2 GiB of text
+INDEX_VERSION = 3
 # The prepared state's own format: a state of another is dropped quietly and made again.
-# 2: the window index and the flow binding keep orders, not the sorted starts and times
-PREPARED_VERSION = 2
+# 2: the window index and the flow binding keep orders, not the sorted starts and times;
+# 3: runs of the table's columns kept as such, one value repeated kept once
+PREPARED_VERSION = 3
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
 POSITION_COLUMNS = ("starts", "lengths")
@@ -293,9 +296,10 @@ class IndexStore:
         if manifest.get("version") != INDEX_VERSION or manifest.get("digest") != digest:
             raise Damaged("its manifest is of another index")
         files = manifest["files"]
+        fills = _fills(manifest, files)
         unchanged = _check_files(folder, files, lambda name: os.path.basename(name) == name, stamps)
         strings = _decoder.decode(_read_all(os.path.join(folder, _STRINGS)))
-        cols = {c: _column(folder, c, files) for c in COLUMNS}
+        cols = {c: _column(folder, c, files, fills) for c in COLUMNS}
         n = len(cols["ph"])
         for c in ("ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "cat"):
             if len(cols[c]) != n:
@@ -323,7 +327,7 @@ class IndexStore:
                 raise Damaged(f"{xspace.DATA_FILE} is missing from its manifest")
             else:
                 buf = mapped.map_bytes(os.path.join(folder, xspace.DATA_FILE))
-            starts, ends = (_column(folder, name[:-4], files) for name in xspace.KEPT_FILES[1:])
+            starts, ends = (_column(folder, name[:-4], files, fills) for name in xspace.KEPT_FILES[1:])
             source = xspace.restore(strings["xspace"], table, strings["metadata"], extra, buf, starts, ends,
                                     check=not unchanged, in_place=in_place)
             return TraceIndex(path=path, format="xspace", table=table, metadata=strings["metadata"],
@@ -334,7 +338,7 @@ class IndexStore:
             raise Damaged(f"its manifest names a format of {fmt!r}")
         positions = None
         if strings["positions"] is not None:
-            starts, lengths = (_column(folder, f"pos_{c}", files) for c in POSITION_COLUMNS)
+            starts, lengths = (_column(folder, f"pos_{c}", files, fills) for c in POSITION_COLUMNS)
             if len(starts) != n or len(lengths) != n:
                 raise Damaged("the event positions do not match the events")
             crc, text_bytes = strings["positions"]
@@ -365,6 +369,7 @@ class IndexStore:
                 self._drop_prepared(folder)
                 return None
             gen, files = int(manifest["gen"]), manifest["files"]
+            fills = _fills(manifest, files)
             unchanged = _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None,
                                      stamps)
 
@@ -372,9 +377,14 @@ class IndexStore:
                 file = f"p{gen}_{name}.npy"
                 if file not in files:
                     raise Damaged(f"the prepared state names {name!r}, not in its manifest")
-                return _column(folder, file[:-4], files)
+                return _column(folder, file[:-4], files, fills)
 
-            prepared = prepared_io.decode(manifest["spec"], array)
+            def column(name: str) -> np.ndarray:
+                if table is None or name not in COLUMNS:
+                    raise Damaged(f"the prepared state names a column {name!r}")
+                return getattr(table, name)
+
+            prepared = prepared_io.decode(manifest["spec"], array, column)
             if not (unchanged and columns_unchanged):
                 _check_prepared(prepared, events, table)
             return prepared
@@ -411,7 +421,7 @@ class IndexStore:
         manifest_path = os.path.join(folder, _PREPARED)
         if not os.path.isfile(os.path.join(folder, _MANIFEST)):
             return False
-        spec, arrays = prepared_io.encode(index.prepared)
+        spec, arrays = prepared_io.encode(index.prepared, {c: getattr(index.table, c) for c in COLUMNS})
         if not spec:
             return False
         gen = 0
@@ -423,10 +433,11 @@ class IndexStore:
         except (Damaged, OSError, ValueError, KeyError, TypeError):
             pass
         files: dict[str, list[int]] = {}
+        fills: dict[str, int] = {}
         faults = mapped.faults()
         try:
             for name, a in arrays.items():
-                files[f"p{gen}_{name}.npy"] = _write_narrowed(folder, f"p{gen}_{name}.npy", a)
+                files[f"p{gen}_{name}.npy"] = _write_narrowed(folder, f"p{gen}_{name}.npy", a, fills)
             # State made into a scratch folder is read from its files here: one cut meanwhile
             # (read as zeros by the guard) must not be kept as if it were the state.
             cut = mapped.shrunk(arrays.values())
@@ -435,7 +446,7 @@ class IndexStore:
             tmp = os.path.join(folder, f"{_PREPARED}.{os.getpid()}-{threading.get_ident()}.tmp")
             with open(tmp, "w") as f:
                 json.dump({"version": INDEX_VERSION, "prepared": PREPARED_VERSION, "gen": gen, "spec": spec,
-                           "files": files}, f)
+                           "files": files, "fills": fills}, f)
             os.rename(tmp, manifest_path)
         except OSError as exc:
             for name in files:
@@ -612,6 +623,7 @@ class IndexStore:
             "truncated": index.truncated, "file_bytes": index.file_bytes, "json_bytes": index.json_bytes,
         }
         arrays = [(f"{c}.npy", getattr(t, c)) for c in COLUMNS]
+        positions = None
         if isinstance(source, ChromeJsonEvents):
             positions = source.positions
             strings["block_size"] = source.block_size
@@ -632,9 +644,16 @@ class IndexStore:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)  # and the store's folder, on its first index
             files: dict[str, list[int]] = {}
+            fills: dict[str, int] = {}
             for name, a in arrays:
                 spilled = _spilled_file(index, a, name)
-                if spilled is not None:  # written while it was parsed: linked, not written again
+                value = _fill_value(a)
+                if value is not None:  # one value repeated: kept once
+                    fills[name] = len(a)
+                    files[name] = _write_array(tmp, name, value)
+                elif name == "pos_starts.npy" and positions.text_bytes < _INT32_TEXT:  # int32, not as parsed
+                    files[name] = _write_narrowed(tmp, name, a, fills)
+                elif spilled is not None:  # written while it was parsed: linked, not written again
                     size = os.stat(spilled).st_size
                     os.link(spilled, os.path.join(tmp, name))
                     files[name] = [size, _crc_of(spilled, size)]
@@ -644,7 +663,7 @@ class IndexStore:
                 f.write(encoded)
             files[_STRINGS] = [len(encoded), isal_zlib.crc32(encoded)]
             manifest = {"version": INDEX_VERSION, "digest": digest, "file": os.path.basename(index.path),
-                        "format": index.format, "events": len(t), "files": files}
+                        "format": index.format, "events": len(t), "files": files, "fills": fills}
             with open(os.path.join(tmp, _MANIFEST), "w") as f:
                 json.dump(manifest, f)
             try:
@@ -954,10 +973,49 @@ def _write_array(folder: str, name: str, a: np.ndarray) -> list[int]:
 
 
 NARROW_CHUNK = 1 << 20  # values converted at a time when an array is written narrowed
+# An array of at least this many rows holding one value is kept as that value (`fills`).
+FILL_AT_LEAST = 1 << 12
+# A Chrome trace's event positions are int64 as the scanner makes them; kept int32 when its
+# text is shorter than this, so that no start, end or read's end reaches past int32 (8 B an
+# event on disk, 4 of them saved).
+_INT32_TEXT = 1 << 31
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _write_narrowed(folder: str, name: str, a: np.ndarray) -> list[int]:
-    """`_write_array`, an int64 array whose values all fit int32 written as int32.
+def _fill_value(a: np.ndarray) -> Optional[np.ndarray]:
+    """The one value (an array of one row) every row of `a` holds, bit for bit (-0.0 is not
+    0.0, NaNs as they are written), or None; checked a chunk at a time.
+
+    Why: some columns hold one value for every event of a trace (an XSpace's categories,
+    flow keys, scopes; a Kineto trace's slices' partners: -1 for an X event), ~20 B an event
+    of an XSpace's index on disk. Kept once, they come back as a read-only broadcast of that
+    value (`_column`), which every use reads as the array it was and which holds no memory."""
+    n = len(a)
+    bits = _BITS.get(a.dtype.itemsize)
+    if a.ndim != 1 or n < FILL_AT_LEAST or bits is None or a.dtype.hasobject or a.dtype.kind not in "biuf":
+        return None
+    value = np.array(a[:1])
+    want = value.view(bits)[0]
+    if np.asarray(a[n - 1:]).view(bits)[0] != want or np.asarray(a[n // 2:n // 2 + 1]).view(bits)[0] != want:
+        return None
+    for c in range(0, n, NARROW_CHUNK):
+        if not (np.ascontiguousarray(a[c:c + NARROW_CHUNK]).view(bits) == want).all():
+            return None
+    return value
+
+
+def _fills(manifest: dict, files: dict) -> dict[str, int]:
+    """A manifest's files that hold one value for how many rows (`_fill_value`), checked."""
+    fills = manifest.get("fills", {})
+    if not isinstance(fills, dict) or not all(name in files and type(rows) is int and rows >= 0
+                                              for name, rows in fills.items()):
+        raise Damaged("its manifest's repeated values are not a table of its files")
+    return fills
+
+
+def _write_narrowed(folder: str, name: str, a: np.ndarray, fills: dict[str, int]) -> list[int]:
+    """`_write_array`, an array holding one value written as that value (noted in `fills`),
+    an int64 array whose values all fit int32 written as int32.
 
     Why: the prepared state's orders, row numbers and counts are int64 as numpy makes
     them, but a table holds fewer than 2^31 rows: written at 8 B a value they were a third
@@ -965,6 +1023,10 @@ def _write_narrowed(folder: str, name: str, a: np.ndarray) -> list[int]:
     which every use takes as it takes int64 (indexes, searches, comparisons; no arithmetic
     reaches past the rows). A chunk at a time: a mapped array is never copied whole."""
     n = len(a)
+    value = _fill_value(a)
+    if value is not None:
+        fills[name] = n
+        return _write_array(folder, name, value)
     if a.dtype != np.int64 or a.ndim != 1:
         return _write_array(folder, name, a)
     lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
@@ -980,7 +1042,9 @@ def _write_narrowed(folder: str, name: str, a: np.ndarray) -> list[int]:
     return [out.size, out.crc]
 
 
-def _column(folder: str, column: str, files: dict) -> np.ndarray:
+def _column(folder: str, column: str, files: dict, fills: dict[str, int]) -> np.ndarray:
+    """A column's file mapped (or read, when small); one that holds one value (`fills`)
+    as a read-only broadcast of it to its rows."""
     name = f"{column}.npy"
     if name not in files:
         raise Damaged(f"{name} is missing from its manifest")
@@ -988,6 +1052,10 @@ def _column(folder: str, column: str, files: dict) -> np.ndarray:
     a = map_array(file) if files[name][0] >= MAP_AT_LEAST else np.load(file, allow_pickle=False)
     if a.ndim != 1:
         raise Damaged(f"{name} is not one column")
+    if name in fills:
+        if len(a) != 1:
+            raise Damaged(f"{name} holds {len(a)} values, not the one repeated")
+        return np.broadcast_to(a, (fills[name],))
     return a
 
 

@@ -22,7 +22,7 @@ from ..errors import FileChanged, TraceError
 from ..formats import ReadOptions, reader_for, sniff
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from ..index.prepared import Prepared, prepared_of
-from ..mapped import faults, spill
+from ..mapped import faults, held_bytes, spill
 from ..model import EventTable, valid_utf8
 from ..sorting import sample_bytes
 from ..waveforms import steps as steps_module
@@ -128,17 +128,16 @@ class TraceIndex:
             arrays = self._columns()
             # columns mapped from the index store are file-backed pages the kernel can take
             # back at any time, not the process's memory: they are not charged
-            n = sum(a.nbytes for a in arrays if not isinstance(a, np.memmap))
+            n = sum(map(held_bytes, arrays))
             n += sum(map(sys.getsizeof, t.names)) + 120 * (len(t.names) + len(t.tracks) + len(t.series))
             n += sum(map(sys.getsizeof, t.cats)) + 120 * (len(t.cats) + len(t.process_names) + len(t.thread_names))
             positions = getattr(self.source, "positions", None)  # a Chrome trace's event positions
             if positions is not None:
-                n += sum(a.nbytes for a in (positions.starts, positions.lengths) if not isinstance(a, np.memmap))
+                n += held_bytes(positions.starts) + held_bytes(positions.lengths)
             lines = getattr(self.source, "lines", None)
             if lines:  # an XSpace's: the file's bytes (which lines share) and positions, unless mapped
                 shared = {id(line.data): len(line.data) for line in lines if not isinstance(line.data, mmap.mmap)}
-                n += sum(shared.values()) + sum(a.nbytes for line in lines for a in (line.starts, line.ends)
-                                                if not isinstance(a, np.memmap))
+                n += sum(shared.values()) + sum(held_bytes(a) for line in lines for a in (line.starts, line.ends))
             self._base_bytes = n
         held = getattr(self.source, "held_bytes", 0)  # a Chrome trace's text tail, kept by its first view
         return self._base_bytes + self.prepared.nbytes() + held

@@ -108,7 +108,7 @@ def test_an_array_whose_values_do_not_fit_int32_is_kept_as_int64(tmp_path) -> No
     big = np.array([0, 2**31, -5], dtype=np.int64)
     small = np.arange(-3, 3 * store_module.NARROW_CHUNK, 7, dtype=np.int64)
     for name, a, width in (("big.npy", big, np.int64), ("small.npy", small, np.int32)):
-        size, crc = store_module._write_narrowed(str(tmp_path), name, a)
+        size, crc = store_module._write_narrowed(str(tmp_path), name, a, {})
         back = np.load(tmp_path / name)
         assert back.dtype == width and np.array_equal(back, a)
         assert size == (tmp_path / name).stat().st_size
