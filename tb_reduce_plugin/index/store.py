@@ -296,7 +296,7 @@ class IndexStore:
         if manifest.get("version") != INDEX_VERSION or manifest.get("digest") != digest:
             raise Damaged("its manifest is of another index")
         files = manifest["files"]
-        fills = _fills(manifest, files)
+        fills = _fills(manifest, files, manifest.get("events"))
         unchanged = _check_files(folder, files, lambda name: os.path.basename(name) == name, stamps)
         strings = _decoder.decode(_read_all(os.path.join(folder, _STRINGS)))
         cols = {c: _column(folder, c, files, fills) for c in COLUMNS}
@@ -369,7 +369,7 @@ class IndexStore:
                 self._drop_prepared(folder)
                 return None
             gen, files = int(manifest["gen"]), manifest["files"]
-            fills = _fills(manifest, files)
+            fills = _fills(manifest, files, events)
             unchanged = _check_files(folder, files, lambda name: re.fullmatch(rf"p{gen}_a\d+\.npy", name) is not None,
                                      stamps)
 
@@ -1004,11 +1004,13 @@ def _fill_value(a: np.ndarray) -> Optional[np.ndarray]:
     return value
 
 
-def _fills(manifest: dict, files: dict) -> dict[str, int]:
-    """A manifest's files that hold one value for how many rows (`_fill_value`), checked."""
+def _fills(manifest: dict, files: dict, events: Any) -> dict[str, int]:
+    """A manifest's files that hold one value for how many rows (`_fill_value`), checked:
+    no array of an index has more rows than its events and one (a broadcast costs no
+    memory, but a pass over a billion rows of one would cost its time)."""
     fills = manifest.get("fills", {})
-    if not isinstance(fills, dict) or not all(name in files and type(rows) is int and rows >= 0
-                                              for name, rows in fills.items()):
+    if type(events) is not int or not isinstance(fills, dict) or not all(
+            name in files and type(rows) is int and 0 <= rows <= events + 1 for name, rows in fills.items()):
         raise Damaged("its manifest's repeated values are not a table of its files")
     return fills
 

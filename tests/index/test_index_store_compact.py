@@ -159,6 +159,13 @@ def _fill_of_a_whole_column(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(m))
 
 
+def _fill_of_more_rows_than_events(folder: Path) -> None:
+    """A broadcast holds no memory, but a pass over 10^15 rows would never end."""
+    m = _manifest(folder)
+    m["fills"][next(iter(m["fills"]))] = 10**15
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
 def _fills_not_a_table(folder: Path) -> None:
     m = _manifest(folder)
     m["fills"] = [1, 2]
@@ -166,7 +173,8 @@ def _fills_not_a_table(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_fills_naming_a_stranger, _fill_of_negative_rows, _fill_of_a_whole_column,
-                                    _fills_not_a_table], ids=lambda f: f.__name__.strip("_"))
+                                    _fill_of_more_rows_than_events, _fills_not_a_table],
+                         ids=lambda f: f.__name__.strip("_"))
 def test_a_manifest_that_lies_about_its_repeated_values_is_damage(xplane, tmp_path, damage):
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
     parsed, expected = _stored_with_state(store, xplane)
@@ -178,7 +186,7 @@ def test_a_manifest_that_lies_about_its_repeated_values_is_damage(xplane, tmp_pa
 
 
 @pytest.mark.parametrize("lie", [{"lo": 10**12}, {"n": 0}, {"lo": -1}, {"col": "ph"}, {"col": "nothing"},
-                                 {"lo": "0"}], ids=str)
+                                 {"lo": "0"}, {"dtype": "<i8"}], ids=str)
 def test_a_run_of_a_column_past_it_or_of_another_kind_drops_the_kept_state(xplane, tmp_path, lie):
     """The state is made again by the next plan (the index itself stays): the same bytes."""
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
