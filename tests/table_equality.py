@@ -27,14 +27,22 @@ def native(on: bool) -> Iterator[None]:
             os.environ["TB_REDUCE_NATIVE"] = before
 
 
-def table_difference(a: EventTable, b: EventTable) -> Optional[str]:
+# A stored index keeps these columns' ids in the narrowest int that holds them (int16 while
+# they fit): a reopened table's are the same values in another width.
+NARROWED_IDS = ("track", "name", "cat")
+
+
+def table_difference(a: EventTable, b: EventTable, narrowed: tuple = ()) -> Optional[str]:
     """The first field where two tables differ: arrays by dtype and value (NaN equal
-    to NaN), lists and dicts by value and by type (1 and 1.0 and True are not the same)."""
+    to NaN), lists and dicts by value and by type (1 and 1.0 and True are not the same);
+    the integer columns named in `narrowed` by value and kind, not width."""
     for name in a.__dataclass_fields__:
         if name in ("prepared", "span"):  # prepared state; a span the reader found, or None
             continue
         x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, np.ndarray):
+            if name in narrowed and x.dtype.kind == y.dtype.kind == "i":
+                y = y.astype(x.dtype) if np.array_equal(x, y) else y  # same values: compared as equal below
             if x.dtype != y.dtype or x.shape != y.shape:
                 return f"{name}: {x.dtype}{x.shape} against {y.dtype}{y.shape}"
             same = np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f" else np.array_equal(x, y)

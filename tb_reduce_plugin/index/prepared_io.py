@@ -9,7 +9,7 @@ track: stored as one concatenated array per field plus offsets, not thousands of
 
 An array that is a run of rows of one of the table's own columns (an XSpace's slices:
 its X events' times, durations, tracks and names) is kept as that run (`{"col": name,
-"lo": row, "n": rows, "dtype": ...}`), not as a second copy of the column: ~24 B an event of an
+"lo": row, "n": rows, "kind": "f"}`), not as a second copy of the column: ~24 B an event of an
 XSpace's index on disk.
 
 Only the kinds named in `_KINDS` are rebuilt, by name: a spec naming anything else is
@@ -33,6 +33,8 @@ _KINDS: dict[str, type] = {cls.__name__: cls for cls in (SliceTable, _Static, _F
                                                         _Searchable, WindowIndex)}
 # Values a dataclass caches in its __dict__ that are worth keeping (computed on first use).
 _CACHED = {"SliceTable": ("_nesting",)}
+# Fields that hold ids into the table's lists, as its own columns do (kept narrowed alike).
+_IDS = {"SliceTable": ("track", "name")}
 
 
 class _Arrays:
@@ -41,6 +43,7 @@ class _Arrays:
 
     def __init__(self, columns: dict[str, np.ndarray]) -> None:
         self.arrays: dict[str, np.ndarray] = {}
+        self.ids: set[str] = set()  # the names of arrays of ids (`_IDS`)
         self.columns = columns
 
     def add(self, a: np.ndarray) -> str:
@@ -49,9 +52,11 @@ class _Arrays:
         return name
 
 
-def encode(prepared: Prepared, columns: Optional[dict[str, np.ndarray]] = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """(spec, arrays) of every field of `prepared` computed so far that can be kept; an
-    array that is a run of rows of one of `columns` (the table's, by name) is named as such."""
+def encode(prepared: Prepared, columns: Optional[dict[str, np.ndarray]] = None,
+           ) -> tuple[dict, dict[str, np.ndarray], set[str]]:
+    """(spec, arrays, the names of those that hold ids) of every field of `prepared`
+    computed so far that can be kept; an array that is a run of rows of one of `columns`
+    (the table's, by name) is named as such."""
     out = _Arrays(columns or {})
     spec = {}
     for f in dataclasses.fields(prepared):
@@ -62,7 +67,7 @@ def encode(prepared: Prepared, columns: Optional[dict[str, np.ndarray]] = None) 
             spec[f.name] = _encode(value, out)
         except TypeError:
             continue  # a kind not kept: the first plan after a restart prepares it again
-    return spec, out.arrays
+    return spec, out.arrays, out.ids
 
 
 def _encode(value: Any, out: _Arrays) -> Any:
@@ -71,7 +76,7 @@ def _encode(value: Any, out: _Arrays) -> Any:
             raise TypeError("object arrays are not kept")
         run = _run_of(value, out.columns)
         if run is not None:
-            return {"col": run[0], "lo": run[1], "n": len(value), "dtype": value.dtype.str}
+            return {"col": run[0], "lo": run[1], "n": len(value), "kind": value.dtype.kind}
         return {"a": out.add(value)}
     if isinstance(value, (bool, int, float, str)) or value is None:
         return {"j": value}
@@ -82,6 +87,9 @@ def _encode(value: Any, out: _Arrays) -> Any:
     kind = type(value).__name__
     if dataclasses.is_dataclass(value) and _KINDS.get(kind) is type(value):
         fields = {f.name: _encode(getattr(value, f.name), out) for f in dataclasses.fields(value)}
+        for f in _IDS.get(kind, ()):
+            if "a" in fields[f]:
+                out.ids.add(fields[f]["a"])
         cached = {k: _encode(value.__dict__[k], out) for k in _CACHED.get(kind, ()) if k in value.__dict__}
         return {"d": kind, "f": fields, "c": cached}
     if isinstance(value, list) and value and all(type(v) is type(value[0]) for v in value):
@@ -173,8 +181,8 @@ def _decode(node: Any, array: Callable[[str], np.ndarray], column: Optional[Call
         if column is None or type(lo) is not int or type(n) is not int or lo < 0 or n < 1:
             raise ValueError("a prepared run of a column is not one")
         c = column(str(node["col"]))
-        if c.dtype.str != node.get("dtype"):
-            raise ValueError(f"column {node['col']!r} is not of the prepared run's type")
+        if c.dtype.kind != node.get("kind"):  # its width may differ: a stored column's ids are narrowed
+            raise ValueError(f"column {node['col']!r} is not of the prepared run's kind")
         if lo + n > len(c):
             raise ValueError(f"a prepared run of rows is past the {len(c)} of column {node['col']!r}")
         v = c[lo:lo + n]

@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 
 # Bump when what is stored, or how, changes: an older index is then simply not found.
 # 2: event positions carry the CRC of the file as it lies, not of its text; 3: one value
-# repeated is kept once (`fills`), and event positions int32 below 2 GiB of text
+# repeated is kept once (`fills`), event positions int32 below 2 GiB of text, ids int16
 INDEX_VERSION = 3
 # The prepared state's own format: a state of another is dropped quietly and made again.
 # 2: the window index and the flow binding keep orders, not the sorted starts and times;
@@ -421,7 +421,7 @@ class IndexStore:
         manifest_path = os.path.join(folder, _PREPARED)
         if not os.path.isfile(os.path.join(folder, _MANIFEST)):
             return False
-        spec, arrays = prepared_io.encode(index.prepared, {c: getattr(index.table, c) for c in COLUMNS})
+        spec, arrays, ids = prepared_io.encode(index.prepared, {c: getattr(index.table, c) for c in COLUMNS})
         if not spec:
             return False
         gen = 0
@@ -437,7 +437,8 @@ class IndexStore:
         faults = mapped.faults()
         try:
             for name, a in arrays.items():
-                files[f"p{gen}_{name}.npy"] = _write_narrowed(folder, f"p{gen}_{name}.npy", a, fills)
+                files[f"p{gen}_{name}.npy"] = _write_narrowed(folder, f"p{gen}_{name}.npy", a, fills,
+                                                              np.int16 if name in ids else np.int32)
             # State made into a scratch folder is read from its files here: one cut meanwhile
             # (read as zeros by the guard) must not be kept as if it were the state.
             cut = mapped.shrunk(arrays.values())
@@ -653,6 +654,8 @@ class IndexStore:
                     files[name] = _write_array(tmp, name, value)
                 elif name == "pos_starts.npy" and positions.text_bytes < _INT32_TEXT:  # int32, not as parsed
                     files[name] = _write_narrowed(tmp, name, a, fills)
+                elif name in _ID_FILES:  # int16 while the ids fit, not as parsed
+                    files[name] = _write_narrowed(tmp, name, a, fills, np.int16)
                 elif spilled is not None:  # written while it was parsed: linked, not written again
                     size = os.stat(spilled).st_size
                     os.link(spilled, os.path.join(tmp, name))
@@ -980,6 +983,8 @@ FILL_AT_LEAST = 1 << 12
 # event on disk, 4 of them saved).
 _INT32_TEXT = 1 << 31
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+# The columns of ids (into the strings file's lists), kept int16 while every id fits.
+_ID_FILES = frozenset({"track.npy", "name.npy", "cat.npy"})
 
 
 def _fill_value(a: np.ndarray) -> Optional[np.ndarray]:
@@ -1015,32 +1020,34 @@ def _fills(manifest: dict, files: dict, events: Any) -> dict[str, int]:
     return fills
 
 
-def _write_narrowed(folder: str, name: str, a: np.ndarray, fills: dict[str, int]) -> list[int]:
+def _write_narrowed(folder: str, name: str, a: np.ndarray, fills: dict[str, int], width: type = np.int32) -> list[int]:
     """`_write_array`, an array holding one value written as that value (noted in `fills`),
-    an int64 array whose values all fit int32 written as int32.
+    an integer array wider than `width` whose values all fit it written as `width`.
 
     Why: the prepared state's orders, row numbers and counts are int64 as numpy makes
     them, but a table holds fewer than 2^31 rows: written at 8 B a value they were a third
     of the index on disk (~15 B an event of a Kineto trace). They come back as int32,
     which every use takes as it takes int64 (indexes, searches, comparisons; no arithmetic
-    reaches past the rows). A chunk at a time: a mapped array is never copied whole."""
+    reaches past the rows). Ids (tracks, names, categories: `_ID_FILES`, a slice's) are
+    int16 while they fit, as a trace has tens of tracks and hundreds of names: 2 B an event
+    each. A chunk at a time: a mapped array is never copied whole."""
     n = len(a)
     value = _fill_value(a)
     if value is not None:
         fills[name] = n
         return _write_array(folder, name, value)
-    if a.dtype != np.int64 or a.ndim != 1:
+    if a.ndim != 1 or a.dtype.kind != "i" or a.dtype.itemsize <= np.dtype(width).itemsize:
         return _write_array(folder, name, a)
-    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    lo, hi = np.iinfo(width).min, np.iinfo(width).max
     for c in range(0, n, NARROW_CHUNK):
         part = np.asarray(a[c:c + NARROW_CHUNK])
         if int(part.min()) < lo or int(part.max()) > hi:
             return _write_array(folder, name, a)
     with open(os.path.join(folder, name), "wb") as f:
         out = _Checksummed(f)
-        out.write(mapped.npy_header(np.int32, n))
+        out.write(mapped.npy_header(width, n))
         for c in range(0, n, NARROW_CHUNK):
-            out.write(np.asarray(a[c:c + NARROW_CHUNK]).astype(np.int32))
+            out.write(np.asarray(a[c:c + NARROW_CHUNK]).astype(width))
     return [out.size, out.crc]
 
 

@@ -130,7 +130,7 @@ def _ids_past_the_strings(folder: Path) -> None:
     """A consistent index (sizes and checksums rewritten) whose name ids point past its names."""
     manifest = json.loads((folder / "manifest.json").read_text())
     names = np.load(folder / "name.npy")
-    names[0] = 10 ** 6
+    names[0] = np.iinfo(names.dtype).max  # kept int16: its largest
     np.save(folder / "name.npy", names)
     data = (folder / "name.npy").read_bytes()
     manifest["files"]["name.npy"] = [len(data), store_module.isal_zlib.crc32(data)]

@@ -105,10 +105,30 @@ def test_a_kineto_trace_keeps_its_event_starts_int32_and_its_partners_once(tmp_p
         starts = np.load(folder / "pos_starts.npy")
         assert starts.dtype == np.int32 and np.array_equal(starts, parsed.source.positions.starts)
     assert _manifest(folder, "prepared.json")["fills"]  # every partner -1, among others
+    assert "cat.npy" in _manifest(folder)["fills"]  # one category: kept once
+    for name in ("track.npy", "name.npy"):  # 7 names, 3 tracks: int16 ids
+        assert np.load(folder / name).dtype == np.int16, name
     reopened = indexed(store, str(path))
-    assert reopened.prepared.slices.partner.strides == (0,)
+    sl = reopened.prepared.slices
+    assert sl.partner.strides == (0,) and sl.track.dtype == sl.name.dtype == np.int16
+    assert np.array_equal(sl.name, parsed.prepared.slices.name)
     for level in (0, 2):
         assert reduced(reopened, level) == expected[level], level
+
+
+def test_ids_past_int16_are_kept_as_wide_as_they_were(tmp_path):
+    names = 33_000  # more than int16 holds
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"n{i}", "ts": float(i), "dur": 0.5, "pid": 1,
+                                                 "tid": 1} for i in range(names)]}))
+    store = IndexStore(str(tmp_path / "index"), 1 << 34)
+    parsed = parse_spilling(store, str(path))
+    expected = reduced(parsed, 2)
+    assert store.save(parsed) and store.save_prepared(parsed)
+    folder = stored_folder(store, path)
+    assert np.load(folder / "name.npy").dtype == np.int32
+    reopened = indexed(store, str(path))
+    assert reopened.table.name.dtype == np.int32 and reduced(reopened, 2) == expected
 
 
 def test_starts_of_text_past_2_gib_stay_int64(tmp_path, monkeypatch):
@@ -186,7 +206,7 @@ def test_a_manifest_that_lies_about_its_repeated_values_is_damage(xplane, tmp_pa
 
 
 @pytest.mark.parametrize("lie", [{"lo": 10**12}, {"n": 0}, {"lo": -1}, {"col": "ph"}, {"col": "nothing"},
-                                 {"lo": "0"}, {"dtype": "<i8"}], ids=str)
+                                 {"lo": "0"}, {"kind": "i"}], ids=str)
 def test_a_run_of_a_column_past_it_or_of_another_kind_drops_the_kept_state(xplane, tmp_path, lie):
     """The state is made again by the next plan (the index itself stays): the same bytes."""
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
