@@ -677,8 +677,8 @@ def _increasing(a: np.ndarray) -> bool:
 class EventPositions:
     """Where each event's JSON lies in the file's decompressed bytes (event order)."""
 
-    starts: np.ndarray  # int64
-    lengths: np.ndarray  # int32
+    starts: np.ndarray  # int64 (int32 where a stored index keeps them so: `store._INT32_TEXT`)
+    lengths: np.ndarray  # int32 (int16 where a stored index keeps them so)
     crc: int = 0  # checksum of the file's bytes as the index read them (`TraceStream.file_crc`)
     text_bytes: int = 0  # how much text it read
 

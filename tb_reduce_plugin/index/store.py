@@ -654,7 +654,7 @@ class IndexStore:
                     files[name] = _write_array(tmp, name, value)
                 elif name == "pos_starts.npy" and positions.text_bytes < _INT32_TEXT:  # int32, not as parsed
                     files[name] = _write_narrowed(tmp, name, a, fills)
-                elif name in _ID_FILES:  # int16 while the ids fit, not as parsed
+                elif name in _ID_FILES or name == "pos_lengths.npy":  # int16 while they fit, not as parsed
                     files[name] = _write_narrowed(tmp, name, a, fills, np.int16)
                 elif spilled is not None:  # written while it was parsed: linked, not written again
                     size = os.stat(spilled).st_size
@@ -980,7 +980,8 @@ NARROW_CHUNK = 1 << 20  # values converted at a time when an array is written na
 FILL_AT_LEAST = 1 << 12
 # A Chrome trace's event positions are int64 as the scanner makes them; kept int32 when its
 # text is shorter than this, so that no start, end or read's end reaches past int32 (8 B an
-# event on disk, 4 of them saved).
+# event on disk, 4 of them saved). Their lengths (int32) are kept int16 while every event is
+# shorter than 32 KiB (every use adds them to int64 starts or reads them as Python ints).
 _INT32_TEXT = 1 << 31
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # The columns of ids (into the strings file's lists), kept int16 while every id fits.

@@ -643,11 +643,10 @@ def test_the_store_links_the_spilled_columns_and_the_spill_folder_goes_with_its_
     assert store.save(index)
     stored = stored_folder(store, trace) / "ts.npy"
     assert stored.stat().st_ino == (spill / "ts.npy").stat().st_ino  # linked, not written again
-    if index.source.positions is not None:  # and so are the events' lengths; their starts kept int32
-        name = "pos_lengths.npy"
-        assert (stored_folder(store, trace) / name).stat().st_ino == (spill / name).stat().st_ino
-        starts = np.load(stored_folder(store, trace) / "pos_starts.npy")
-        assert starts.dtype == np.int32 and np.array_equal(starts, index.source.positions.starts)
+    if index.source.positions is not None:  # their starts and lengths kept narrowed: int32, int16
+        for name, width in (("pos_starts.npy", np.int32), ("pos_lengths.npy", np.int16)):
+            kept = np.load(stored_folder(store, trace) / name)
+            assert kept.dtype == width and np.array_equal(kept, getattr(index.source.positions, name[4:-4]))
     reopened = indexed(store, str(trace))
     assert reduced(reopened, 2) == reduced(index_file(trace), 2)
     del index

@@ -102,8 +102,9 @@ def test_a_kineto_trace_keeps_its_event_starts_int32_and_its_partners_once(tmp_p
     parsed, expected = _stored_with_state(store, path)
     folder = stored_folder(store, path)
     if parsed.source.positions is not None:  # the native scanner notes them
-        starts = np.load(folder / "pos_starts.npy")
+        starts, lengths = np.load(folder / "pos_starts.npy"), np.load(folder / "pos_lengths.npy")
         assert starts.dtype == np.int32 and np.array_equal(starts, parsed.source.positions.starts)
+        assert lengths.dtype == np.int16 and np.array_equal(lengths, parsed.source.positions.lengths)
     assert _manifest(folder, "prepared.json")["fills"]  # every partner -1, among others
     assert "cat.npy" in _manifest(folder)["fills"]  # one category: kept once
     for name in ("track.npy", "name.npy"):  # 7 names, 3 tracks: int16 ids
