@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from steps_oracle import whole_derive  # noqa: E402
 from test_prepared_in_chunks import whole_flow_binding, whole_slice_order  # noqa: E402
 
-from tb_reduce_plugin import slices as slices_module  # noqa: E402
 from tb_reduce_plugin.index.prepared import Prepared  # noqa: E402
+from tb_reduce_plugin.model import slices as slices_module  # noqa: E402
 from tb_reduce_plugin.query import search as search_module  # noqa: E402
 from tb_reduce_plugin.reduce import reduction  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import index_file  # noqa: E402

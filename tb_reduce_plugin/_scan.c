@@ -9,7 +9,7 @@
  * object only for a value never seen before.
  *
  * It is a fast path, not a second parser with its own rules: it accepts only the
- * plain case (every element an object; known fields of the types `model.ChromeEvent`
+ * plain case (every element an object; known fields of the types `model.table.ChromeEvent`
  * takes without coercion; valid UTF-8; no lone surrogate escapes; numbers it can
  * convert exactly) and answers -1 ("not mine") for anything else, which the caller
  * then decodes with the pure-Python path. So both paths give the same table for
@@ -722,7 +722,7 @@ static int skip_value(Cursor *c, int depth) {
 }
 
 /* An event's args: skipped, noting whether the object may have a `step_num` key (the
- * caller decodes those events and applies `model.TableBuilder._find_steps`'s rule). */
+ * caller decodes those events and applies `model.table.TableBuilder._find_steps`'s rule). */
 static int skip_args(Cursor *c, int *step) {
     if (c->p >= c->end || *c->p != '{') return skip_value(c, 1);
     c->p++;

@@ -138,7 +138,7 @@ class _Private:
 
 
 class PieceScanner:
-    """The second thread of a `model.TableBuilder`'s scan: its private scanner and columns,
+    """The second thread of a `model.table.TableBuilder`'s scan: its private scanner and columns,
     the block's pieces shared out, and the adoption of what it scanned."""
 
     def __init__(self, module: ModuleType, interners: Sequence[Any]) -> None:

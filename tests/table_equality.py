@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.model import EventTable
+from tb_reduce_plugin.model.table import EventTable
 from tb_reduce_plugin.reduce.pipeline import index_file
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin import scan_pieces
-from tb_reduce_plugin.model import TableBuilder, decode_events
+from tb_reduce_plugin.model.table import TableBuilder, decode_events
 from tests.table_equality import difference_both_ways, native, table_difference
 
 ROOT = Path(__file__).resolve().parents[1]

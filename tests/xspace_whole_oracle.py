@@ -42,7 +42,7 @@ from tb_reduce_plugin.formats.xspace import (
     stats_dict,
 )
 from tb_reduce_plugin.formats.xspace_schema import XSpaceIndexView
-from tb_reduce_plugin.model import NAN, PH_C, PH_M, PH_X, EventTable, Interner
+from tb_reduce_plugin.model.table import NAN, PH_C, PH_M, PH_X, EventTable, Interner
 
 
 def decode_lines(lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..errors import TraceError
-from ..model import EventTable
+from ..model.table import EventTable
 from .sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, TraceStream
 
 

@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from ..errors import KeptTextDamaged, TraceError
-from ..mapped import ColumnFiles, SpillFailed
+from ..model.mapped import ColumnFiles, SpillFailed
 from ..native import scanner_module
 from . import kept_codec
 from .sources import FileIdentity, open_regular

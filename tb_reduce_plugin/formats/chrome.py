@@ -3,7 +3,7 @@
 Blocks of events come from `chrome_json.ChromeJsonReader`; each is read by the
 native scanner straight into columns when it is built and the block is the plain
 case, and otherwise decoded by msgspec into `ChromeEvent`s: the table is the same
-either way (`model.TableBuilder`).
+either way (`model.table.TableBuilder`).
 
 With the scanner, the pass also notes where each event's bytes lie in the file's
 decompressed text (`EventPositions`), so writing the kept events later copies those
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..model import ColumnFiles, ScannedBlock, TableBuilder, decode_events
+from ..model.table import ColumnFiles, ScannedBlock, TableBuilder, decode_events
 from ..native import scanner_module
 from . import Parsed, ReadOptions
 from .chrome_json import ChromeJsonEvents, ChromeJsonReader, EventPositions, block_size_for

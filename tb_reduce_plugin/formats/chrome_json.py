@@ -14,7 +14,7 @@ the stdlib decoder; they are small in every real trace.
 
 Undecodable text (invalid UTF-8, escapes of lone surrogates), which msgspec refuses,
 would fail every cut after it: a block that fails is checked once, and decoded again
-with it replaced by U+FFFD (`_sanitize`, the rule of `model.clean_json_text`). Runs
+with it replaced by U+FFFD (`_sanitize`, the rule of `model.table.clean_json_text`). Runs
 of whitespace and commas are skipped by regex, in C, however long.
 """
 
@@ -35,10 +35,10 @@ import msgspec
 import numpy as np
 
 from ..errors import FileChanged, KeptTextDamaged, TraceError
-from ..mapped import SpillFailed
-from ..model import DECODED_EVENT_BYTES, clean_json_text
+from ..model.mapped import SpillFailed
+from ..model.read_advice import cold, will_need
+from ..model.table import DECODED_EVENT_BYTES, clean_json_text
 from ..native import scanner_module
-from ..read_advice import cold, will_need
 from .block_store import TIER_MAX_EVENTS, BlockStore, Tier, TierBuilder, raw_list
 from .plain_text import PlainText, each_a_value
 from .sources import DEFAULT_MAX_RATIO, READ_SIZE, FileIdentity, TraceStream
@@ -524,7 +524,7 @@ class ChromeJsonReader:
             return self._probe(decode, pos, end)
 
     def _sanitize(self) -> bool:
-        """Replace undecodable text in the unread buffer (`model.clean_json_text`);
+        """Replace undecodable text in the unread buffer (`model.table.clean_json_text`);
         True when anything changed.
 
         msgspec refuses invalid UTF-8 in the strings it decodes and lone surrogate

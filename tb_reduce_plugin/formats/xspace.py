@@ -41,8 +41,8 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from ..errors import TraceError
-from ..mapped import ColumnFiles, SpillFailed, map_bytes, map_in_place
-from ..model import NAN, PH_C, PH_M, PH_X, SPILL_DTYPES, SPILL_FILES, ArgsPolicy, EventTable, Interner, step_number
+from ..model.mapped import ColumnFiles, SpillFailed, map_bytes, map_in_place
+from ..model.table import NAN, PH_C, PH_M, PH_X, SPILL_DTYPES, SPILL_FILES, ArgsPolicy, EventTable, Interner, step_number
 from ..native import scanner_module
 from . import Parsed, ReadOptions, xspace_shape
 from .sources import TraceStream

@@ -28,8 +28,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..model import EventTable
-from ..slices import SliceTable
+from ..model.slices import SliceTable
+from ..model.table import EventTable
 
 # How deep `nbytes` looks into a field's value (a flow binding's segments are 3 levels down).
 _MAX_DEPTH = 4

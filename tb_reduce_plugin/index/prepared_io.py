@@ -23,10 +23,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..model.slices import SliceTable
 from ..query.search import _Searchable
 from ..reduce.reduction import _FlowBinding, _FlowSegment, _Static
 from ..reduce.window_index import WindowIndex
-from ..slices import SliceTable
 from .prepared import Prepared
 
 _KINDS: dict[str, type] = {cls.__name__: cls for cls in (SliceTable, _Static, _FlowBinding, _FlowSegment,

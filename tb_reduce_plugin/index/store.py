@@ -53,15 +53,16 @@ import msgspec
 import numpy as np
 from isal import isal_zlib
 
-from .. import FORMAT_VERSION, mapped
+from .. import FORMAT_VERSION
 from ..budget import Account
 from ..errors import TraceError
 from ..formats import kept_codec, xspace
 from ..formats.chrome_json import ChromeJsonEvents, EventPositions
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, open_regular
 from ..formats.xspace import XSpaceTrace
-from ..mapped import map_array
-from ..model import EventTable, SpillFailed
+from ..model import mapped
+from ..model.mapped import map_array
+from ..model.table import EventTable, SpillFailed
 from ..reduce.pipeline import TraceIndex, index_file
 from ..reduce.window_index import TIERS
 from . import prepared_io

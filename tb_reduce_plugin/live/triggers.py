@@ -92,7 +92,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import BadQuery, TraceError
-from ..model import EventTable
+from ..model.table import EventTable
 from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_query, name_text
 from ..reduce.reduction import slices_of
 from ..waveforms.categories import device_tracks

@@ -57,7 +57,7 @@ from ..budget import MemoryBudget, Unlimited
 from ..errors import TraceError
 from ..formats.sources import FileIdentity
 from ..index.store import parse_spilling_to_temp
-from ..model import PH_M
+from ..model.table import PH_M
 from ..reduce.pipeline import TraceIndex, derive_index, parse_level, reduce_index
 from ..waveforms.steps import StepSeries
 

@@ -29,11 +29,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import FORMAT_VERSION, __version__, mapped
+from .. import FORMAT_VERSION, __version__
 from ..budget import MB, MemoryBudget
 from ..errors import IndexDamaged, ObjectStoreError, TraceError
 from ..formats.sources import FileIdentity
 from ..index.store import IndexStore, default_index_bytes, indexed
+from ..model import mapped
 from ..reduce.pipeline import TraceIndex, index_file, reduce_index
 from ..reduce.reduction import default_window
 from ..serve.cache import IndexCache

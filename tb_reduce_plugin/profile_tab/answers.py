@@ -28,7 +28,7 @@ import orjson
 from isal import igzip, isal_zlib
 
 from .. import FORMAT_VERSION, OUTPUT_REVISION
-from ..model import PH_B, PH_X
+from ..model.table import PH_B, PH_X
 from ..reduce.levels import ArgsPolicy
 from ..reduce.pipeline import TraceIndex, event_json
 from ..reduce.reduction import default_window, slices_of

@@ -24,11 +24,11 @@ import numpy as np
 
 from ..errors import BadQuery
 from ..index.prepared import prepared_of
-from ..mapped import scratch_array
-from ..model import EventTable
+from ..model.mapped import scratch_array
+from ..model.slices import SliceTable
+from ..model.table import EventTable
 from ..reduce import reduction
 from ..reduce.reduction import name_rank, slices_of
-from ..slices import SliceTable
 from .nesting import parents_of
 from .search import check_page, check_range, name_text
 

@@ -25,12 +25,12 @@ from typing import Optional
 import numpy as np
 
 from ..index.prepared import prepared_of
-from ..mapped import spill
-from ..model import EventTable
+from ..model.mapped import spill
+from ..model.slices import chunk_end
+from ..model.sorting import row_dtype
+from ..model.table import EventTable
 from ..reduce import reduction
 from ..reduce.reduction import slice_order, slices_of
-from ..slices import chunk_end
-from ..sorting import row_dtype
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
 _LOOP_BELOW = 256

@@ -28,12 +28,12 @@ import re2
 
 from ..errors import BadQuery, TraceError
 from ..index.prepared import prepared_of
-from ..mapped import Appended
-from ..model import INSTANT_PHASES, EventTable, ph_in
+from ..model.mapped import Appended
+from ..model.slices import SliceTable
+from ..model.sorting import order_by, row_dtype, sample_bytes
+from ..model.table import INSTANT_PHASES, EventTable, ph_in
 from ..reduce.reduction import CHUNK_EVENTS as CHUNK_ROWS
 from ..reduce.reduction import check_window, slices_bytes, slices_of
-from ..slices import SliceTable
-from ..sorting import order_by, row_dtype, sample_bytes
 
 MAX_QUERY_CHARS = 1000
 DEFAULT_LIMIT = 1000

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..model import FLOW_PHASES, PH_X, EventTable
+from ..model.table import FLOW_PHASES, PH_X, EventTable
 from .levels import RESOLUTION
 from .reduction import default_window
 

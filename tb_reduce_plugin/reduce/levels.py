@@ -17,7 +17,7 @@ This module imports nothing from the package: every layer may use it.
 
 from __future__ import annotations
 
-from ..model import ArgsPolicy
+from ..model.table import ArgsPolicy
 
 LEVELS = (0, 1, 2, 3, 4)
 # Buckets across the window, per level 1-4 (level 0 keeps every event: no buckets).

@@ -22,9 +22,9 @@ from ..errors import FileChanged, TraceError
 from ..formats import ReadOptions, reader_for, sniff
 from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, FileIdentity, TraceStream
 from ..index.prepared import Prepared, prepared_of
-from ..mapped import faults, held_bytes, spill
-from ..model import EventTable, valid_utf8
-from ..sorting import sample_bytes
+from ..model.mapped import faults, held_bytes, spill
+from ..model.sorting import sample_bytes
+from ..model.table import EventTable, valid_utf8
 from ..waveforms import steps as steps_module
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
@@ -222,9 +222,9 @@ def index_file(
     """Pass 1: stream the file into an event table.
 
     `spill_dir`: a new folder where a Chrome trace's columns are written block by block
-    and then memory-mapped (`model.TableBuilder`), so that ingesting holds a block and the
+    and then memory-mapped (`model.table.TableBuilder`), so that ingesting holds a block and the
     distinct strings, not the columns; the index store keeps those files as they are
-    (`TraceIndex.spill_dir`). `model.SpillFailed` if they cannot be written.
+    (`TraceIndex.spill_dir`). `model.table.SpillFailed` if they cannot be written.
 
     `account`: the memory budget's account this parse charges as it goes (its
     buffers, decoded blocks, columns and strings), so a trace that needs more than

@@ -25,11 +25,14 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from .. import slices as slices_module
 from ..errors import TraceError
 from ..index.prepared import prepared_of
-from ..mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly, unlink_scratch
-from ..model import (
+from ..model import slices as slices_module
+from ..model.mapped import Appended, scratch_array, spill, spill_or_fail, spilling_strictly, unlink_scratch
+from ..model.read_advice import cold, random_reads, will_need
+from ..model.slices import SliceTable, build_slices, chunk_end
+from ..model.sorting import order_by, row_dtype, sample_bytes
+from ..model.table import (
     FLOW_PHASES,
     INSTANT_PHASES,
     PH_B,
@@ -43,10 +46,7 @@ from ..model import (
     ph_in,
     time_span,
 )
-from ..read_advice import cold, random_reads, will_need
 from ..scan_pieces import usable_cores
-from ..slices import SliceTable, build_slices, chunk_end
-from ..sorting import order_by, row_dtype, sample_bytes
 from .busy import digits_of, group_busy
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .window_index import WindowIndex, build_window_index

@@ -41,10 +41,10 @@ from typing import Any, Optional
 import numpy as np
 
 from ..index.prepared import prepared_of
-from ..mapped import Appended, scratch_array, spill
-from ..model import PH_B, PH_E, PH_X, EventTable, ph_in
-from ..slices import SliceTable
-from ..sorting import order_by, sample_bytes, search_by
+from ..model.mapped import Appended, scratch_array, spill
+from ..model.slices import SliceTable
+from ..model.sorting import order_by, sample_bytes, search_by
+from ..model.table import PH_B, PH_E, PH_X, EventTable, ph_in
 
 CHUNK_ROWS = 1 << 19
 # Tiers by binary exponent of the duration (`np.frexp`): 0 for slices of no length, then

@@ -22,7 +22,7 @@ import orjson
 from isal import igzip
 
 from ..errors import TraceError
-from ..model import clean_json_text, valid_utf8
+from ..model.table import clean_json_text, valid_utf8
 from ..native import scanner_module
 from .levels import ArgsPolicy, args_policy
 from .reduction import Plan
@@ -269,7 +269,7 @@ def write_trace(
     for raws in source.events(plan.keep, policy, progress):
         parts = transform_all(raws, policy, native)  # as they are under KEEP: 2 M calls saved at level 0
         # Events are copied from the input as they are: checked at C speed per chunk,
-        # and invalid UTF-8 replaced as everywhere else (`model.clean_json_text`).
+        # and invalid UTF-8 replaced as everywhere else (`model.table.clean_json_text`).
         sink.write(sep + valid_utf8(b",\n".join(parts)))
         sep = b",\n"
         written += len(parts)

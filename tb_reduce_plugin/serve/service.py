@@ -39,14 +39,15 @@ from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from isal import isal_zlib
 
-from .. import FORMAT_VERSION, OUTPUT_REVISION, mapped
+from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
 from ..errors import FileChanged, IndexDamaged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from ..formats import objectstore
 from ..formats.chrome_json import ChromeJsonEvents
 from ..formats.sources import DEFAULT_MAX_RATIO, FileIdentity
 from ..index.store import IndexStore, default_index_bytes, parse_spilling
-from ..model import SpillFailed
+from ..model import mapped
+from ..model.table import SpillFailed
 from ..multihost.executor import LocalPool, make_executor
 from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..model import EventTable
+from ..model.table import EventTable
 
 COMPUTE, COMMUNICATION, MEMORY, DATA_LOADING = "compute", "communication", "memory", "data_loading"
 DEVICE_IDLE = "device_idle"

@@ -35,11 +35,11 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from ..mapped import Appended
-from ..model import EventTable
+from ..model.mapped import Appended
+from ..model.slices import SliceTable
+from ..model.sorting import order_by
+from ..model.table import EventTable
 from ..reduce.reduction import slices_of
-from ..slices import SliceTable
-from ..sorting import order_by
 from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, SliceKinds, device_tracks
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

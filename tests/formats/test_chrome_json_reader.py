@@ -14,7 +14,7 @@ from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.formats import sources
 from tb_reduce_plugin.formats.chrome_json import ChromeJsonReader
 from tb_reduce_plugin.formats.sources import TraceStream
-from tb_reduce_plugin.model import decode_events
+from tb_reduce_plugin.model.table import decode_events
 
 raw_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 

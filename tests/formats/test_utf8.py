@@ -25,7 +25,7 @@ from tb_reduce_plugin.formats.chrome_json import ChromeJsonEvents, ChromeJsonRea
 from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.formats.xspace import ERROR_KEY
 from tb_reduce_plugin.formats.xspace_schema import XEventView, XSpaceIndexView, XSpaceView
-from tb_reduce_plugin.model import decode_events, valid_utf8
+from tb_reduce_plugin.model.table import decode_events, valid_utf8
 from tb_reduce_plugin.reduce.levels import args_policy
 from tb_reduce_plugin.reduce.pipeline import TraceIndex, event_json, index_file, reduce_index
 from tb_reduce_plugin.reduce.writer import dumps, transform

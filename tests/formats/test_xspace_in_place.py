@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from conftest import TESTS
 
-from tb_reduce_plugin import mapped
 from tb_reduce_plugin.errors import FileChanged
 from tb_reduce_plugin.formats import xspace
 from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.formats.xspace import read_xspace
+from tb_reduce_plugin.model import mapped
 from tb_reduce_plugin.native import guard_module
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_file
 

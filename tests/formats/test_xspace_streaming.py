@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from conftest import TESTS
 
-from tb_reduce_plugin import mapped
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.formats import xspace, xspace_shape
 from tb_reduce_plugin.formats.sources import TraceStream
 from tb_reduce_plugin.formats.xspace import read_xspace
 from tb_reduce_plugin.formats.xspace_schema import XPlane, XSpace
+from tb_reduce_plugin.model import mapped
 from tb_reduce_plugin.native import guard_module, scanner_module
 from tests.protobuf_wire import event, sfield, stat, tag, varint, vfield
 from tests.table_equality import native, table_difference

@@ -25,7 +25,7 @@ import pytest
 from conftest import TESTS
 from plugin_support import require_corpus
 
-from tb_reduce_plugin import mapped
+from tb_reduce_plugin.model import mapped
 from tb_reduce_plugin.native import guard_module
 from tb_reduce_plugin.serve import service as service_module
 from tb_reduce_plugin.serve.service import TraceService
@@ -35,7 +35,7 @@ CORPUS = TESTS.parent.parent / "shared" / "corpus"
 _CUT_AND_READ = """
 import os, sys
 import numpy as np
-from tb_reduce_plugin import mapped
+from tb_reduce_plugin.model import mapped
 path = sys.argv[1]
 np.save(path, np.arange(1 << 20, dtype=np.int64))
 a = mapped.map_array(path)

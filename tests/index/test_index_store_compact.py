@@ -17,13 +17,13 @@ import pytest
 from conftest import ROOT
 from index_support import reduced, stored_folder
 
-from tb_reduce_plugin import mapped
 from tb_reduce_plugin.index import prepared_io
 from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index.store import IndexStore, indexed, parse_spilling
+from tb_reduce_plugin.model import mapped
+from tb_reduce_plugin.model.slices import build_slices
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window
-from tb_reduce_plugin.slices import build_slices
 
 JAX = ROOT / "demo_logdir" / "jax_mlp"
 

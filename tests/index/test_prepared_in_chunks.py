@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from oracle_traces import TORCH_GPU, write_trace
 
-from tb_reduce_plugin import slices as slices_module
 from tb_reduce_plugin.index.prepared import prepared_of
-from tb_reduce_plugin.model import FLOW_PHASES, PH_M, PH_X, EventTable, ph_in
+from tb_reduce_plugin.model import slices as slices_module
+from tb_reduce_plugin.model.slices import build_slices
+from tb_reduce_plugin.model.table import FLOW_PHASES, PH_M, PH_X, EventTable, ph_in
 from tb_reduce_plugin.reduce import reduction
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import slices_of
-from tb_reduce_plugin.slices import build_slices
 
 pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
 
@@ -284,7 +284,7 @@ def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, 
 
 
 def test_row_numbers_are_int32_while_every_one_fits_and_int64_past_it() -> None:
-    from tb_reduce_plugin.sorting import row_dtype
+    from tb_reduce_plugin.model.sorting import row_dtype
 
     assert row_dtype(0) is np.int32 and row_dtype(2**31 - 1) is np.int32 and row_dtype(2**31) is np.int64
 

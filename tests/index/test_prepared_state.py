@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from tb_reduce_plugin.budget import MemoryBudget
 from tb_reduce_plugin.index.prepared import Prepared, prepared_of
-from tb_reduce_plugin.model import EventTable
+from tb_reduce_plugin.model.table import EventTable
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduction_bytes

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from oracle_traces import TORCH_GPU, write_trace
 
-from tb_reduce_plugin.model import EventTable
+from tb_reduce_plugin.model.table import EventTable
 from tb_reduce_plugin.query import aggregate as query_aggregate
 from tb_reduce_plugin.query.aggregate import DEFAULT_LIMIT, _longest_occurrence, _track_mask, aggregate, check_aggregate
 from tb_reduce_plugin.query.nesting import parents_of
@@ -226,8 +226,8 @@ def test_a_full_or_read_only_scratch_disk_makes_the_table_in_memory_with_the_sam
     import builtins
     import errno
 
-    from tb_reduce_plugin import mapped
     from tb_reduce_plugin.index.store import IndexStore, parse_spilling
+    from tb_reduce_plugin.model import mapped
 
     idx = parse_spilling(IndexStore(str(tmp_path / "cache"), 1 << 34), str(TORCH_GPU))
     parents_of(idx.table)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from corpus_support import CORPUS, TRACES
 
-from tb_reduce_plugin.model import INSTANT_PHASES
+from tb_reduce_plugin.model.table import INSTANT_PHASES
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import MAX_LIMIT, compile_query, name_text, search
 from tb_reduce_plugin.reduce.pipeline import index_file

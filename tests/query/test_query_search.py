@@ -229,7 +229,7 @@ def test_a_searchs_traced_peak_first_and_warm_stays_within_what_working_bytes_ch
     within the charge, the time order mapped from the scratch folder when there is one."""
     import tracemalloc
 
-    from tb_reduce_plugin import slices as slices_module
+    from tb_reduce_plugin.model import slices as slices_module
     from tb_reduce_plugin.reduce import reduction
 
     if chunk is not None:

@@ -16,7 +16,7 @@ import pytest
 from oracle_traces import STALLED, TORCH_GPU, XSPACE, write_trace
 
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
-from tb_reduce_plugin.mapped import SPILL_AT_LEAST
+from tb_reduce_plugin.model.mapped import SPILL_AT_LEAST
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce import reduction
@@ -212,7 +212,7 @@ def test_a_first_plans_traced_peak_preparing_the_tables_state_stays_within_the_c
     """The first plan of a table makes the slices, their order, the masks and the flow
     binding, in memory or (with a scratch folder) a chunk at a time into files: its peak,
     for each kind of event, is within what `reduction_bytes` charges before it starts."""
-    from tb_reduce_plugin import slices as slices_module
+    from tb_reduce_plugin.model import slices as slices_module
 
     if chunk is not None:
         for module, name in ((reduction, "CHUNK_SLICES"), (reduction, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS")):

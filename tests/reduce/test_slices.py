@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from tb_reduce_plugin.model import TableBuilder, decode_events
-from tb_reduce_plugin.slices import build_slices
+from tb_reduce_plugin.model.slices import build_slices
+from tb_reduce_plugin.model.table import TableBuilder, decode_events
 
 
 def table(events: list[dict]):

@@ -106,7 +106,7 @@ def test_the_window_index_made_in_chunks_finds_what_one_pass_finds(oracle_tables
 def test_a_slice_reaching_far_into_a_window_from_before_it_is_found_in_its_tier() -> None:
     """Tiers by duration: a 1 s slice starting long before a 1 µs window still overlaps it,
     as do a slice of no length at its start and one of infinite length."""
-    from tb_reduce_plugin.slices import SliceTable
+    from tb_reduce_plugin.model.slices import SliceTable
 
     start = np.array([0.0, 999_999.5, 1_000_000.0, 1_000_002.0, -5.0])
     dur = np.array([1_000_000.5, 0.25, 0.0, 3.0, np.inf])
@@ -330,7 +330,7 @@ def test_a_disk_that_fails_the_window_index_files_leaves_it_unmade_not_held_in_m
     Elsewhere a failing disk still means memory, as it always did."""
     import errno
 
-    from tb_reduce_plugin import mapped
+    from tb_reduce_plugin.model import mapped
     from tb_reduce_plugin.serve.service import TraceService
 
     logs, host = _logdir(tmp_path)

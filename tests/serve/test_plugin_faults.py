@@ -30,7 +30,7 @@ from plugin_support import (
     require_corpus,
 )
 
-from tb_reduce_plugin import mapped
+from tb_reduce_plugin.model import mapped
 
 
 def mount_tmpfs(path: Path, *options: str) -> bool:

@@ -14,8 +14,8 @@ from conftest import TESTS
 from oracle_traces import TORCH_GPU, oracle_traces
 from steps_oracle import whole_derive
 
-from tb_reduce_plugin import slices as slices_module
-from tb_reduce_plugin import sorting
+from tb_reduce_plugin.model import slices as slices_module
+from tb_reduce_plugin.model import sorting
 from tb_reduce_plugin.reduce import reduction
 from tb_reduce_plugin.reduce.pipeline import derive_bytes, index_file
 from tb_reduce_plugin.waveforms import categories, steps

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
-from .native import guard_module
+from ..native import guard_module
 
 
 def map_array(path: str) -> np.ndarray:
@@ -234,7 +234,7 @@ class SpillFailed(Exception):
 
 class ColumnFiles:
     """Columns written to `.npy` files block by block, then mapped: the event table's
-    (`model.SPILL_FILES`), a Chrome trace's event positions, prepared state made a part at
+    (`model.table.SPILL_FILES`), a Chrome trace's event positions, prepared state made a part at
     a time (`Appended`), so none of them is held whole in memory while it is made."""
 
     def __init__(self, folder: str, files: dict[str, str], dtypes: dict[str, Any], what: str) -> None:

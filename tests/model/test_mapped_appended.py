@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tb_reduce_plugin import mapped
-from tb_reduce_plugin.mapped import Appended
+from tb_reduce_plugin.model import mapped
+from tb_reduce_plugin.model.mapped import Appended
 
 DTYPES = {"start": np.float64, "event": np.int32, "flag": np.uint8}
 

@@ -14,8 +14,8 @@ from functools import cached_property
 import numpy as np
 
 from .mapped import Appended
-from .model import PH_B, PH_E, PH_X, EventTable
 from .sorting import row_dtype
+from .table import PH_B, PH_E, PH_X, EventTable
 
 _LARGEST = np.finfo(np.float64).max
 

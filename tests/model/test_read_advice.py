@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tb_reduce_plugin import read_advice
-from tb_reduce_plugin.mapped import map_array
+from tb_reduce_plugin.model import read_advice
+from tb_reduce_plugin.model.mapped import map_array
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or read_advice._libc is None,
                                 reason="madvise and /proc/self/smaps are Linux's")

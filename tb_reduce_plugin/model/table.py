@@ -31,10 +31,10 @@ from typing import Any, Hashable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
-from . import scan_pieces
+from .. import scan_pieces
+from ..native import scanner_module
+from ..scan_pieces import PieceScanner
 from .mapped import ColumnFiles, SpillFailed, map_array  # noqa: F401 (SpillFailed: the table's error too)
-from .native import scanner_module
-from .scan_pieces import PieceScanner
 
 NAN = float("nan")
 
