@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
 import json
 import math
 import os
@@ -123,14 +122,16 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         stats_out = atomic_output(args.stats_json, {"the input trace": args.input, "the output": args.output})
     bar = _Bar(os.path.basename(args.input)[:40])
     stats_written = False
+    indexer = _indexer(args)
     try:
         try:
             stats = reduce_file(args.input, args.output, level, args.start_us, args.end_us,
                                 max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024), progress=bar,
                                 max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), from_start=relative,
-                                indexer=_indexer(args))
+                                indexer=indexer)
         finally:
             bar.close()
+        _keep_prepared(indexer)
         if stats_out is not None:
             f, finish = stats_out
             text = json.dumps(_finite(stats), indent=2, allow_nan=False) + "\n"
@@ -192,8 +193,10 @@ def _from_start(text: str) -> float:
 
 
 def _cmd_waveforms(args: argparse.Namespace) -> int:
+    indexer = _indexer(args)
     series = waveforms_file(args.input, max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
-                            max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=_indexer(args))
+                            max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
+    _keep_prepared(indexer)
     if args.format == "json":
         sys.stdout.write(json.dumps(_finite(series.to_json()), allow_nan=False) + "\n")
     else:
@@ -404,14 +407,21 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 def _indexer(args: argparse.Namespace) -> Optional[Callable[..., Any]]:
     """`index.store.indexed` over `--cache-dir`'s store; without one (or where it cannot be
     used), a parse that writes a big trace's columns to a temporary folder."""
-    from .index.store import IndexStore, default_index_bytes, indexed, parse_spilling_to_temp
+    from .index.store import IndexStore, StoreIndexer, default_index_bytes, parse_spilling_to_temp
 
     if not args.cache_dir:
         return parse_spilling_to_temp
 
     folder = os.path.join(args.cache_dir, "index")
     store = IndexStore(folder, default_index_bytes(folder))
-    return functools.partial(indexed, store) if store.usable else parse_spilling_to_temp
+    return StoreIndexer(store) if store.usable else parse_spilling_to_temp
+
+
+def _keep_prepared(indexer: Callable[..., Any]) -> None:
+    """What the run prepared on a `--cache-dir` index, kept beside it for the next run."""
+    keep = getattr(indexer, "keep_prepared", None)
+    if keep is not None:
+        keep()
 
 
 def _add_max_memory(p: argparse.ArgumentParser,

@@ -878,6 +878,30 @@ def indexed(store: Optional[IndexStore], path: str, *, account: Optional[Account
     return index
 
 
+class StoreIndexer:
+    """`indexed` over one store, which also keeps beside each index it gave what the plans
+    and queries on it prepared (`IndexStore.save_prepared`) once the caller is done with it
+    (`keep_prepared`): the CLI's `--cache-dir`. Without it a run that reopened an index
+    planned as if it had just parsed the file (the slices, their orders and the window
+    index made again: 3.7 s of a 5 s run over a 1 GB XSpace whose parse took 4.2 s)."""
+
+    def __init__(self, store: IndexStore) -> None:
+        self.store = store
+        self._given: list[TraceIndex] = []
+
+    def __call__(self, path: str, **options: Any) -> TraceIndex:
+        index = indexed(self.store, path, **options)
+        self._given.append(index)
+        return index
+
+    def keep_prepared(self) -> None:
+        """Keep what was prepared on the indexes given so far, and let go of them."""
+        given, self._given = self._given, []
+        for index in given:
+            if self.store.can_keep_prepared(index):
+                self.store.save_prepared(index)
+
+
 def parse_spilling(store: Optional[IndexStore], path: str, *, account: Optional[Account] = None,
                    parse: Optional[Callable[..., TraceIndex]] = None, **options: Any) -> TraceIndex:
     """`pipeline.index_file`, its columns written into a spill folder of `store` as they are

@@ -64,7 +64,7 @@ def test_without_the_guard_the_same_read_is_a_sigbus(tmp_path):
 
 def test_a_range_no_longer_mapped_is_forgotten_and_a_fault_outside_every_range_still_kills(tmp_path):
     """The guard answers only for its ranges: an unrelated SIGBUS keeps its default action."""
-    code = ("import os, signal\nfrom tb_reduce_plugin import mapped\nimport numpy as np\n"
+    code = ("import os, signal\nfrom tb_reduce_plugin.model import mapped\nimport numpy as np\n"
             f"np.save({str(tmp_path / 'a.npy')!r}, np.arange(1 << 16))\n"
             f"a = mapped.map_array({str(tmp_path / 'a.npy')!r})\n"
             "del a\n"

@@ -278,7 +278,10 @@ def test_the_cli_reopens_the_index_with_cache_dir_and_writes_the_same_trace(trac
                                "--stats-json", str(tmp_path / f"{out}.stats.json")],
                               capture_output=True, text=True, timeout=300)
 
-    first, second = run("a.json"), run("b.json")
+    first = run("a.json")
+    kept = list(cache.glob("index/*/prepared.json"))  # what the first run's plan prepared: the next one plans at once
+    assert len(kept) == 1 and "slices" in json.loads(kept[0].read_text())["spec"]
+    second = run("b.json")
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
     assert "index reopened" not in first.stdout and "[index reopened from --cache-dir]" in second.stdout
     assert json.loads((tmp_path / "a.json.stats.json").read_text())["index"] == "parsed"

@@ -233,7 +233,10 @@ def test_the_cli_reopens_an_xspace_with_cache_dir_and_writes_the_same_trace(xpla
                                str(tmp_path / out), "--level", "2", "--cache-dir", str(cache)],
                               capture_output=True, text=True, timeout=300)
 
-    first, second = run("a.json"), run("b.json")
+    first = run("a.json")
+    kept = list(cache.glob("index/*/prepared.json"))  # what the first run's plan prepared: the next one plans at once
+    assert len(kept) == 1 and '"col": "ts"' in kept[0].read_text()  # its slices as runs of the columns
+    second = run("b.json")
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
     assert "index reopened" not in first.stdout and "[index reopened from --cache-dir]" in second.stdout
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
