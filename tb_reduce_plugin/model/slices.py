@@ -98,9 +98,10 @@ def build_slices(t: EventTable) -> SliceTable:
     The X slices are made a chunk of events at a time and their columns written into the
     table's scratch folder as they are made, if it has one (`mapped.Appended`), so making
     them holds a chunk, not ~30 B an event (1.4 GB for a 50 M-event trace); only B/E
-    events, which must be matched per track, are taken whole. Without a folder the slices
-    are counted first and their columns made in place (`Appended`'s `rows`): not made in
-    parts and copied whole again."""
+    events, which must be matched per track, are taken whole. The slices are counted
+    first: without a folder their columns are then made in place (`Appended`'s `rows`),
+    not made in parts and copied whole again; and a table whose slices are one run of X
+    rows (an XSpace's) gets views of its own columns (`_x_run`), folder or not."""
     n = len(t.ph)
     index_type = row_dtype(n)  # 8 bytes a slice saved
     be_parts: list[np.ndarray] = []
