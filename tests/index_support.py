@@ -38,6 +38,16 @@ def copied_gz_trace(tmp_path: Path) -> Path:
     return dst
 
 
+def copied_xplane(tmp_path: Path) -> Path:
+    """The demo's real JAX profile (an XSpace), copied to `tmp_path/logs/run/plugins/profile/...`
+    so a test can change its version or cut it."""
+    src = next((ROOT / "demo_logdir" / "jax_mlp").rglob("*.xplane.pb"))
+    dst = tmp_path / "logs" / "run" / "plugins" / "profile" / "2026_12_05" / src.name
+    dst.parent.mkdir(parents=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
 def reduced(index, level, window=(None, None)) -> bytes:
     out = io.BytesIO()
     reduce_index(index, out, level, window[0], window[1], gzip=False, with_input_index=True)

@@ -9,13 +9,11 @@ about any of it is damage, and the index is made again."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
-from index_support import reduced, stored_folder
+from index_support import copied_xplane, reduced, stored_folder
 
 from tb_reduce_plugin.index import prepared_io
 from tb_reduce_plugin.index import store as store_module
@@ -25,16 +23,10 @@ from tb_reduce_plugin.model.slices import build_slices
 from tb_reduce_plugin.reduce.pipeline import index_file
 from tb_reduce_plugin.reduce.reduction import default_window
 
-JAX = ROOT / "demo_logdir" / "jax_mlp"
-
 
 @pytest.fixture()
 def xplane(tmp_path) -> Path:
-    src = next(JAX.rglob("*.xplane.pb"))
-    dst = tmp_path / "logs" / "run" / "plugins" / "profile" / "2026_12_06" / src.name
-    dst.parent.mkdir(parents=True)
-    shutil.copyfile(src, dst)
-    return dst
+    return copied_xplane(tmp_path)
 
 
 def _stored_with_state(store: IndexStore, path: Path):  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ import dataclasses
 import gzip
 import json
 import mmap
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, TESTS
-from index_support import _resum, reduced, stored_folder
+from index_support import _resum, copied_xplane, reduced, stored_folder
 
 from tb_reduce_plugin.formats import xspace
 from tb_reduce_plugin.formats.sources import FileIdentity
@@ -36,17 +35,12 @@ from tests.table_equality import NARROWED_IDS, native, table_difference
 
 XSPACES = sorted({*(ROOT.parent / "shared" / "corpus").rglob("*.xplane.pb"), *(TESTS / "fixtures").rglob("*.xplane.pb"),
                   *(ROOT / "demo_logdir").rglob("*.xplane.pb")} - {p for p in (ROOT.parent / "shared").rglob("*CORRUPT*")})
-JAX = ROOT / "demo_logdir" / "jax_mlp"
 
 
 @pytest.fixture()
 def xplane(tmp_path) -> Path:
     """The demo's real JAX profile, copied so its version can be changed."""
-    src = next(JAX.rglob("*.xplane.pb"))
-    dst = tmp_path / "logs" / "run" / "plugins" / "profile" / "2026_12_05" / src.name
-    dst.parent.mkdir(parents=True)
-    shutil.copyfile(src, dst)
-    return dst
+    return copied_xplane(tmp_path)
 
 
 def _stored(store: IndexStore, path: Path):  # type: ignore[no-untyped-def]
