@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import gzip, hashlib, json, sys, time
 from tb_reduce_plugin.serve.service import TraceService
-logs, cache, host = sys.argv[1], sys.argv[2], sys.argv[3]
+logs, cache, run, host = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 s = TraceService(logs, cache_dir=cache)
-t = time.perf_counter(); r = s.reduction("run", host, 2, None, None); view = time.perf_counter() - t
+t = time.perf_counter(); r = s.reduction(run, host, 2, None, None); view = time.perf_counter() - t
 data = r.body.read()
 body = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 t = time.perf_counter(); s.wait_saved(); kept = time.perf_counter() - t
@@ -60,16 +60,16 @@ def main() -> int:
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-first-view-"))
     try:
-        logs, host = linked_logdir(args.trace, work)
+        logs, run, host, local = linked_logdir(args.trace, work)
         got: dict = {name: [] for name in trees}
         floors = []
         for i in range(args.n):
-            floors.append(floor(logs / "run" / args.trace.name))
+            floors.append(floor(local))
             digests = set()
             for name, tree in trees.items():
                 cache = work / f"cache-{name}-{i}"
                 try:
-                    r = run_in(tree, CHILD, logs, cache, host)
+                    r = run_in(tree, CHILD, logs, cache, run, host)
                 finally:
                     shutil.rmtree(cache, ignore_errors=True)
                 got[name].append(r)

@@ -42,16 +42,16 @@ CHILD = r"""
 import gzip, hashlib, json, sys, time
 from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.reduce.reduction import default_window
-logs, cache, host, at, width = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+logs, cache, run, host, at, width = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6])
 s = TraceService(logs, cache_dir=cache)
 if width == 0:
-    t = time.perf_counter(); r = s.reduction("run", host, 2, None, None); view = time.perf_counter() - t
+    t = time.perf_counter(); r = s.reduction(run, host, 2, None, None); view = time.perf_counter() - t
     s.wait_saved()
     print(json.dumps({"view": view, "saved": time.perf_counter() - t - view, "events": r.stats["input"]["events"]}))
     sys.exit(0)
-lo, hi = s.on_index(s.trace_file("run", host), lambda i: default_window(i.table))
+lo, hi = s.on_index(s.trace_file(run, host), lambda i: default_window(i.table))
 w = (lo + at * (hi - lo), lo + (at + width) * (hi - lo))
-t = time.perf_counter(); r = s.reduction("run", host, 2, *w); took = time.perf_counter() - t
+t = time.perf_counter(); r = s.reduction(run, host, 2, *w); took = time.perf_counter() - t
 assert r.stats["index"] == "stored" and not r.stats["cached"], "not a restarted index, or a window asked before"
 data = r.body.read()
 body = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
@@ -65,13 +65,13 @@ WARM_CHILD = r"""
 import gzip, hashlib, json, sys, time
 from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.reduce.reduction import default_window
-logs, cache, host, windows = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+logs, cache, run, host, windows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
 s = TraceService(logs, cache_dir=cache)
-lo, hi = s.on_index(s.trace_file("run", host), lambda i: default_window(i.table))
-s.reduction("run", host, 2, lo + 0.013 * (hi - lo), lo + 0.0131 * (hi - lo))  # the process's first: not counted
+lo, hi = s.on_index(s.trace_file(run, host), lambda i: default_window(i.table))
+s.reduction(run, host, 2, lo + 0.013 * (hi - lo), lo + 0.0131 * (hi - lo))  # the process's first: not counted
 out = []
 for at, width in windows:
-    t = time.perf_counter(); r = s.reduction("run", host, 2, lo + at * (hi - lo), lo + (at + width) * (hi - lo))
+    t = time.perf_counter(); r = s.reduction(run, host, 2, lo + at * (hi - lo), lo + (at + width) * (hi - lo))
     took = time.perf_counter() - t
     assert not r.stats["cached"], "a window asked before"
     data = r.body.read()
@@ -94,13 +94,13 @@ def main() -> int:
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
     try:
-        logs, host = linked_logdir(args.trace, work)
+        logs, run, host, _ = linked_logdir(args.trace, work)
         filled = {}
         for name, tree in trees.items():
-            filled[name] = run_in(tree, CHILD, logs, work / f"cache-{name}", host, 0, 0)
+            filled[name] = run_in(tree, CHILD, logs, work / f"cache-{name}", run, host, 0, 0)
             print(f"{name:10s} first view {filled[name]['view']:.1f} s, then kept {filled[name]['saved']:.1f} s",
                   flush=True)
-        rows = _warm_rows(args, trees, logs, host, work) if args.warm else []
+        rows = _warm_rows(args, trees, logs, run, host, work) if args.warm else []
         for width in [] if args.warm else args.widths:
             got: dict = {name: [] for name in trees}
             for i in range(args.n):
@@ -114,7 +114,7 @@ def main() -> int:
                         with open("/proc/sys/vm/drop_caches", "w") as f:
                             f.write("3\n")
                     try:
-                        r = run_in(tree, CHILD, logs, copy, host, at, width)
+                        r = run_in(tree, CHILD, logs, copy, run, host, at, width)
                     finally:
                         shutil.rmtree(copy, ignore_errors=True)
                     got[name].append(r)
@@ -142,7 +142,7 @@ def main() -> int:
     return 0
 
 
-def _warm_rows(args: argparse.Namespace, trees: dict, logs: Path, host: str, work: Path) -> list:
+def _warm_rows(args: argparse.Namespace, trees: dict, logs: Path, run: str, host: str, work: Path) -> list:
     """Per width, each tree's n windows asked in one restarted process of its own (`WARM_CHILD`),
     the trees in turn; the same windows for both, their bodies compared."""
     windows = [(0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width), width)
@@ -152,7 +152,7 @@ def _warm_rows(args: argparse.Namespace, trees: dict, logs: Path, host: str, wor
         copy = work / "restarted"
         subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
         try:
-            got[name] = run_in(tree, WARM_CHILD, logs, copy, host, json.dumps(windows))
+            got[name] = run_in(tree, WARM_CHILD, logs, copy, run, host, json.dumps(windows))
         finally:
             shutil.rmtree(copy, ignore_errors=True)
     for k, w in enumerate(windows):

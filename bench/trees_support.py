@@ -12,17 +12,22 @@ import sys
 from pathlib import Path
 
 
-def linked_logdir(trace: Path, work: Path) -> tuple[Path, str]:
-    """`work/logs` with `run/<trace's name>` in it, and the host name the server gives it."""
-    logdir = work / "logs" / "run"
+def linked_logdir(trace: Path, work: Path) -> tuple[Path, str, str, Path]:
+    """`work/logs` holding the trace as a run holds it, and the run, the host name the server
+    gives it, and the linked file: a Chrome trace in `run/`, an XSpace in
+    `run/plugins/profile/bench/` (the run is then `run/bench`, as XProf's sessions are)."""
+    xspace = trace.name.endswith(".xplane.pb")
+    logdir = work / "logs" / "run" / "plugins" / "profile" / "bench" if xspace else work / "logs" / "run"
     logdir.mkdir(parents=True)
     local = logdir / trace.name
     try:
         os.link(trace, local)
     except OSError:
         shutil.copyfile(trace, local)
+    if xspace:
+        return work / "logs", "run/bench", trace.name[:-len(".xplane.pb")], local
     host = trace.name.split(".pt.trace.json")[0].split(".trace.json")[0].split(".json")[0]
-    return work / "logs", host
+    return work / "logs", "run", host, local
 
 
 def run_in(tree: Path, child: str, *args: object) -> dict:
