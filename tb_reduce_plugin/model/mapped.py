@@ -131,8 +131,12 @@ def spilling_strictly() -> bool:
     return bool(getattr(_strict, "on", False))
 
 
-def _memory_instead(what: str, folder: str) -> None:
-    """Where a write into `folder` failed: go on in memory, unless `spill_or_fail` is on."""
+def _memory_instead(what: str, folder: str, *written: str) -> None:
+    """Where a write into `folder` failed: the files it had begun (`written`) removed, go on
+    in memory, unless `spill_or_fail` is on."""
+    for path in written:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     if getattr(_strict, "on", False):
         raise SpillFailed(f"{what} could not be written to {folder} (a full or read-only disk?)")
 _names = itertools.count()
@@ -155,11 +159,7 @@ def spill(folder: Optional[str], name: str, a: np.ndarray) -> np.ndarray:
             np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
         return map_array(path)
     except (OSError, ValueError):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        _memory_instead(name, folder)
+        _memory_instead(name, folder, path)
         return a
 
 
@@ -180,11 +180,7 @@ def scratch_array(folder: Optional[str], name: str, n: int, dtype: Any) -> Itera
             os.posix_fallocate(f.fileno(), 0, size)  # the disk taken now: a full one fails here, not in a write
             a = np.memmap(f, dtype=dtype, mode="r+", shape=(n,))
     except (OSError, ValueError):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        _memory_instead(name, folder)
+        _memory_instead(name, folder, path)
         a = np.zeros(n, dtype=dtype)  # a full disk: in memory, as without a folder
     try:
         yield a
@@ -369,10 +365,7 @@ class Appended:
             files = ColumnFiles(folder, names, self._dtypes, self._what)
             files.append({k: np.concatenate(v) for k, v in self._parts.items()})
         except SpillFailed:
-            for name in names.values():
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
-            _memory_instead(self._what, folder)
+            _memory_instead(self._what, folder, *(os.path.join(folder, name) for name in names.values()))
             return
         self._files = files
         self._parts = {k: [] for k in self._dtypes}
