@@ -107,7 +107,10 @@ def test_waveforms_of_an_unreadable_trace_is_422_with_the_reason(logdir: Path, t
 # ---- scalars: the run's TensorBoard event files -------------------------------------------
 
 def _write_events(folder: Path, points: list[tuple[int, float]], tag: str = "loss", name: str = "a") -> Path:
-    """An event file written by TensorBoard's own writer, `simple_value` scalars."""
+    """An event file written by TensorBoard's own writer, `simple_value` scalars.
+
+    Renamed so that files sort by `name`: the writer's own names end in a counter per
+    process (`...9.a` sorts after `...10.b`), and a run is read in name order."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -116,7 +119,8 @@ def _write_events(folder: Path, points: list[tuple[int, float]], tag: str = "los
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
         w.add_event(event_pb2.Event(step=step, wall_time=1000.0 + step, summary=summary))
     w.close()
-    return next(folder.glob(f"*tfevents*.{name}"))
+    written = next(folder.glob(f"*tfevents*.{name}"))
+    return written.rename(folder / f"events.out.tfevents.0000001000.test.{name}")
 
 
 def test_tags_lists_scalar_tags_and_the_derived_series_of_each_host(logdir: Path, tmp_path: Path) -> None:
