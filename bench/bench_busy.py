@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tb_reduce_plugin.reduce import (
     busy,  # noqa: E402
-    reduction,  # noqa: E402
+    plan,  # noqa: E402
+    summaries,  # noqa: E402
 )
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index  # noqa: E402
 
@@ -50,29 +51,29 @@ def main() -> None:
     t = idx.table
     print(f"input     {args.trace} ({os.path.getsize(args.trace) / 1e6:.1f} MB), {idx.events:,} events")
     print(f"machine   {os.cpu_count()} CPUs, numpy {np.__version__}")
-    reduction.plan(t, 2)  # the prepared state, made once for both
-    real_busy, real_digits = reduction.group_busy, reduction.digits_of
+    plan.plan(t, 2)  # the prepared state, made once for both
+    real_busy, real_digits = summaries.group_busy, summaries.digits_of
     for level in (int(x) for x in args.levels.split(",")):
         times: dict[str, list[float]] = {"with busy digits": [], "without (baseline)": []}
         for _ in range(args.n):
             for name in times:
                 off = name.startswith("without")
-                reduction.group_busy = _no_busy if off else real_busy
-                reduction.digits_of = _digits_none if off else real_digits
+                summaries.group_busy = _no_busy if off else real_busy
+                summaries.digits_of = _digits_none if off else real_digits
                 start = time.perf_counter()
-                reduction.plan(t, level)
+                plan.plan(t, level)
                 times[name].append(time.perf_counter() - start)
         sizes = {}
         for name in times:
             off = name.startswith("without")
-            reduction.group_busy = _no_busy if off else real_busy
-            reduction.digits_of = _digits_none if off else real_digits
+            summaries.group_busy = _no_busy if off else real_busy
+            summaries.digits_of = _digits_none if off else real_digits
             out = io.BytesIO()
             reduce_index(idx, out, level, gzip=False)
             sizes[name] = len(out.getvalue())
-        reduction.group_busy, reduction.digits_of = real_busy, real_digits
+        summaries.group_busy, summaries.digits_of = real_busy, real_digits
         base = statistics.median(times["without (baseline)"])
-        made = reduction.plan(t, level)
+        made = plan.plan(t, level)
         print(f"level {level}: {len(made.summaries):,} summaries, {len(made.summaries.busy):,} digits")
         for name, xs in times.items():
             m = statistics.median(xs)

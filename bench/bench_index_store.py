@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from tb_reduce_plugin.index.store import IndexStore, indexed  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import index_file  # noqa: E402
-from tb_reduce_plugin.reduce.reduction import default_window  # noqa: E402
+from tb_reduce_plugin.reduce.plan import default_window  # noqa: E402
 from tb_reduce_plugin.serve.service import TraceService  # noqa: E402
 
 DEFAULT_TRACE = Path("/tmp/tb_reduce_store_1g.pt.trace.json.gz")

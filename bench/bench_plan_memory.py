@@ -18,22 +18,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from test_plan_memory import _whole_track_fold  # noqa: E402
 
-from tb_reduce_plugin.reduce import reduction  # noqa: E402
+from tb_reduce_plugin.reduce import plan  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import choose_level, index_file, reduction_bytes  # noqa: E402
 
 
 def _run(idx, level, whole: bool) -> tuple[float, int]:
-    saved = reduction._reduce_slices
+    saved = plan._reduce_slices
     if whole:
-        reduction._reduce_slices = lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order)
+        plan._reduce_slices = lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order)
     tracemalloc.start()
     t = time.perf_counter()
     try:
-        p = choose_level(idx, None, None) if level == "auto" else reduction.plan(idx.table, level)
+        p = choose_level(idx, None, None) if level == "auto" else plan.plan(idx.table, level)
         return time.perf_counter() - t, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-        reduction._reduce_slices = saved
+        plan._reduce_slices = saved
         del p
 
 
@@ -45,7 +45,7 @@ def main() -> None:
     args = ap.parse_args()
     idx = index_file(args.trace, max_inflated_bytes=1 << 40)
     n = idx.events
-    reduction.plan(idx.table, 2)  # the prepared state, built once for both
+    plan.plan(idx.table, 2)  # the prepared state, built once for both
     print(f"{Path(args.trace).name}: {n:,} events; reduction_bytes charges {reduction_bytes(idx, 'auto') / n:.1f} B/event"
           " before the summaries")
     print(f"{'level':>6} {'whole B/ev':>11} {'chunked B/ev':>13} {'ratio':>6} {'whole s':>8} {'chunked s':>10} {'ratio':>6}")

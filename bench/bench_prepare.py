@@ -31,7 +31,7 @@ from test_prepared_in_chunks import whole_flow_binding, whole_slice_order  # noq
 from tb_reduce_plugin.index.prepared import Prepared  # noqa: E402
 from tb_reduce_plugin.model import slices as slices_module  # noqa: E402
 from tb_reduce_plugin.query import search as search_module  # noqa: E402
-from tb_reduce_plugin.reduce import reduction  # noqa: E402
+from tb_reduce_plugin.reduce import flows, plan, shared  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import index_file  # noqa: E402
 from tb_reduce_plugin.waveforms import steps  # noqa: E402
 
@@ -49,7 +49,7 @@ def measure(fn: Callable[[], object]) -> tuple[float, int]:
 
 
 def chunks(size: int) -> None:
-    for module, name in ((reduction, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS"),
+    for module, name in ((shared, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS"),
                          (search_module, "CHUNK_ROWS"), (steps, "CHUNK_ROWS")):
         setattr(module, name, size)
 
@@ -61,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     idx = index_file(args.trace)
     t = idx.table
-    default = (reduction.CHUNK_EVENTS, slices_module.CHUNK_EVENTS, search_module.CHUNK_ROWS, steps.CHUNK_ROWS)
+    default = (shared.CHUNK_EVENTS, slices_module.CHUNK_EVENTS, search_module.CHUNK_ROWS, steps.CHUNK_ROWS)
     print(f"input     {args.trace} ({os.path.getsize(args.trace) / 1e6:.1f} MB), {idx.events:,} events")
     print(f"machine   {os.cpu_count()} CPUs, numpy {np.__version__}")
 
@@ -71,15 +71,15 @@ def main() -> None:
 
     def chunked(step: str) -> Callable[[], object]:
         def run() -> object:
-            sl = reduction.slices_of(t)
+            sl = shared.slices_of(t)
             if step == "slices":
                 return sl
             if step == "slice order":
-                return reduction._track_start_order(sl, t.scratch)
+                return shared._track_start_order(sl, t.scratch)
             if step == "flow binding":
-                return reduction._flow_binding(t, sl)
+                return flows._flow_binding(t, sl)
             if step == "first plan (level 1)":
-                return reduction.plan(t, 1)
+                return plan.plan(t, 1)
             if step == "search's time order":
                 return search_module._build_searchable(t, sl)
             return steps.derive(t)
@@ -87,7 +87,7 @@ def main() -> None:
 
     def whole(step: str) -> Callable[[], object]:
         def run() -> object:
-            sl = reduction.slices_of(t)
+            sl = shared.slices_of(t)
             if step == "slices":
                 return sl
             if step == "slice order":
@@ -95,7 +95,7 @@ def main() -> None:
             if step == "flow binding":
                 return whole_flow_binding(t)
             if step == "first plan (level 1)":
-                return reduction.plan(t, 1)
+                return plan.plan(t, 1)
             if step == "search's time order":
                 return search_module._build_searchable(t, sl)
             return whole_derive(t)
@@ -110,12 +110,12 @@ def main() -> None:
             for way in got:
                 fresh(scratch=way == "chunked")
                 if step != "slices":  # what the step needs made first, out of the measure
-                    reduction.slices_of(t)
+                    shared.slices_of(t)
                     if step in ("flow binding", "first plan (level 1)"):
-                        reduction._static(t, reduction.slices_of(t))
+                        shared._static(t, shared.slices_of(t))
                 if way == "chunked":
                     chunks_to = default
-                    for (module, name), size in zip(((reduction, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS"),
+                    for (module, name), size in zip(((shared, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS"),
                                                      (search_module, "CHUNK_ROWS"), (steps, "CHUNK_ROWS")), chunks_to):
                         setattr(module, name, size)
                     got[way].append(measure(chunked(step)))

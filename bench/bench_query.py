@@ -51,7 +51,7 @@ from tb_reduce_plugin.query.aggregate import working_bytes as aggregate_working_
 from tb_reduce_plugin.query.search import compile_query, search  # noqa: E402
 from tb_reduce_plugin.query.search import working_bytes as search_working_bytes  # noqa: E402
 from tb_reduce_plugin.reduce.pipeline import index_file  # noqa: E402
-from tb_reduce_plugin.reduce.reduction import slices_of  # noqa: E402
+from tb_reduce_plugin.reduce.shared import slices_of  # noqa: E402
 
 DEFAULT_TRACE = Path("/tmp/tb_reduce_query_2m.pt.trace.json.gz")
 

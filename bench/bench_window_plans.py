@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from bench_index_store import DEFAULT_TRACE, body, ensure_trace  # noqa: E402  (the same 1 GiB trace)
 
-from tb_reduce_plugin.reduce import reduction  # noqa: E402
-from tb_reduce_plugin.reduce.reduction import default_window  # noqa: E402
+from tb_reduce_plugin.reduce import plan  # noqa: E402
+from tb_reduce_plugin.reduce.plan import default_window  # noqa: E402
 from tb_reduce_plugin.serve.service import TraceService  # noqa: E402
 
 WIDTHS = (0.001, 0.01, 0.1)
@@ -50,15 +50,15 @@ def drop_caches(enabled: bool) -> None:
 def ask(logdir: Path, cache: Path, host: str, window: tuple, whole_table: bool):
     """A restarted service asks `window` at level 2: (plan s, request s, body)."""
     service = TraceService(str(logdir), cache_dir=str(cache))
-    real = reduction.window_index
+    real = plan.window_index
     if whole_table:
-        reduction.window_index = lambda t: None
+        plan.window_index = lambda t: None
     try:
         began = time.perf_counter()
         r = service.reduction("run", host, 2, *window)
         request = time.perf_counter() - began
     finally:
-        reduction.window_index = real
+        plan.window_index = real
     assert r.stats["index"] == "stored", "the service parsed the trace: the cache did not hold its index"
     assert not r.stats["cached"], "a window asked before"
     return r.stats["timings_s"]["plan"], request, body(r)

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import gzip, hashlib, json, sys, time
 from tb_reduce_plugin.serve.service import TraceService
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 logs, cache, run, host, at, width = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6])
 s = TraceService(logs, cache_dir=cache)
 if width == 0:
@@ -64,7 +64,7 @@ print(json.dumps({"request": took, "plan": r.stats["timings_s"]["plan"], "write"
 WARM_CHILD = r"""
 import gzip, hashlib, json, sys, time
 from tb_reduce_plugin.serve.service import TraceService
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 logs, cache, run, host, windows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
 s = TraceService(logs, cache_dir=cache)
 lo, hi = s.on_index(s.trace_file(run, host), lambda i: default_window(i.table))

@@ -1,7 +1,7 @@
 """tb-reduce: open profiler traces that are too big to open.
 
 Formats in (`chrome_json`, later `xspace`) → one columnar event model (`model`) →
-reduction (`reduction`) → writer (`writer`) → surfaces (`cli`, the TensorBoard plugin).
+reduction (`plan`) → writer (`writer`) → surfaces (`cli`, the TensorBoard plugin).
 """
 
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from tb_reduce_plugin.model.table import EventTable
-from tb_reduce_plugin.reduce.reduction import slices_of
+from tb_reduce_plugin.reduce.shared import slices_of
 from tb_reduce_plugin.waveforms.categories import (
     BACKWARD_OP,
     CATEGORIES,

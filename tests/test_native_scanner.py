@@ -17,7 +17,7 @@ from index_support import reductions as _reductions
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.model.table import ChromeEvent, Interner, ScannedBlock, TableBuilder
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_to_bytes
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tests.table_equality import difference_both_ways, native
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """What planning and the queries prepare once per event table, held in one object.
 
 Every plan of a table, whatever its level and window, shares some work: the table's
-slices, the masks and orders of `reduction._static`, the name order of summaries'
+slices, the masks and orders of `reduce.shared._static`, the name order of summaries'
 top names, where each flow event binds; the queries add the slices' parents and the
 searchable events in time order. Each is computed on first use and kept as a named
 field of the table's `Prepared`, which `prepared_of(table)` finds.
@@ -16,7 +16,7 @@ Thread safety, lock-free: a field goes from None to its value once and never bac
 Two threads that ask for a missing field at once may both compute it; both results
 are equal, the one stored last is kept (and counted), and each thread uses its own.
 
-Layering: model ← slices ← prepared ← reduction, query. This module knows the
+Layering: model ← slices ← prepared ← reduce, query. This module knows the
 fields by name only; the modules that compute them own their types.
 """
 
@@ -39,15 +39,15 @@ _MAX_DEPTH = 4
 class Prepared:
     """The level- and window-independent state prepared on one table (None: not yet)."""
 
-    default_window: Optional[tuple[float, float]] = None  # reduction.default_window
-    slices: Optional[SliceTable] = None  # reduction.slices_of
-    static: Any = None  # reduction._Static: masks and the slice order every plan shares
-    name_rank: Optional[np.ndarray] = None  # reduction.name_rank
-    flow_binding: Any = None  # reduction._FlowBinding: where each flow event lands among slices
+    default_window: Optional[tuple[float, float]] = None  # reduce.plan.default_window
+    slices: Optional[SliceTable] = None  # reduce.shared.slices_of
+    static: Any = None  # reduce.shared._Static: masks and the slice order every plan shares
+    name_rank: Optional[np.ndarray] = None  # reduce.plan.name_rank
+    flow_binding: Any = None  # reduce.flows._FlowBinding: where each flow event lands among slices
     parents: Optional[np.ndarray] = None  # query.nesting.parents_of
     searchable: Any = None  # query.search._Searchable: slices and instants in time order
     window_index: Any = None  # reduce.window_index.WindowIndex: a window's rows found by search
-    instants: Optional[int] = None  # reduction.instant_count: how many instants (`reduction_bytes`)
+    instants: Optional[int] = None  # reduce.points.instant_count: how many instants (`reduction_bytes`)
 
     def nbytes(self) -> int:
         """The memory this state holds: numpy arrays exactly (each once, views as their

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..model.slices import SliceTable
 from ..query.search import _Searchable
-from ..reduce.reduction import _FlowBinding, _FlowSegment, _Static
+from ..reduce.flows import _FlowBinding, _FlowSegment
+from ..reduce.shared import _Static
 from ..reduce.window_index import WindowIndex
 from .prepared import Prepared
 

@@ -94,7 +94,7 @@ import numpy as np
 from ..errors import BadQuery, TraceError
 from ..model.table import EventTable
 from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_query, name_text
-from ..reduce.reduction import slices_of
+from ..reduce.shared import slices_of
 from ..waveforms.categories import device_tracks
 from ..waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive
 

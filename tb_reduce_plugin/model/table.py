@@ -342,7 +342,7 @@ class EventTable:
     # (`mapped.spill`); its owner (the index) removes it. None: they are held in memory.
     scratch: Optional[str] = field(default=None, repr=False, compare=False)
     # First time and last end of its timed events (`time_span`), found while it was built
-    # (a block at a time, as they came); None: not known (`reduction.default_window` reads them).
+    # (a block at a time, as they came); None: not known (`plan.default_window` reads them).
     span: Optional[tuple[float, float]] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:

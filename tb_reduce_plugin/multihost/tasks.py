@@ -36,7 +36,7 @@ from ..formats.sources import FileIdentity
 from ..index.store import IndexStore, default_index_bytes, indexed
 from ..model import mapped
 from ..reduce.pipeline import TraceIndex, index_file, reduce_index
-from ..reduce.reduction import default_window
+from ..reduce.plan import default_window
 from ..serve.cache import IndexCache
 from .clock import host_clock
 

@@ -41,7 +41,7 @@ import orjson
 from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..errors import NotFound, ObjectStoreError, TraceError
 from ..reduce.levels import RESOLUTION
-from ..reduce.reduction import default_window
+from ..reduce.plan import default_window
 from ..reduce.writer import Sink
 from ..serve.cache import MemoryBody, key_digest
 from ..serve.gate import ServerBusy

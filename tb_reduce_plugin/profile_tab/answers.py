@@ -31,7 +31,8 @@ from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..model.table import PH_B, PH_X
 from ..reduce.levels import ArgsPolicy
 from ..reduce.pipeline import TraceIndex, event_json
-from ..reduce.reduction import default_window, slices_of
+from ..reduce.plan import default_window
+from ..reduce.shared import slices_of
 from ..serve.cache import Body, MemoryBody, key_digest
 from ..serve.discovery import TraceFile
 from ..serve.service import NotFound, TraceService

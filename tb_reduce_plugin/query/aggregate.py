@@ -27,8 +27,9 @@ from ..index.prepared import prepared_of
 from ..model.mapped import scratch_array
 from ..model.slices import SliceTable
 from ..model.table import EventTable
-from ..reduce import reduction
-from ..reduce.reduction import name_rank, slices_of
+from ..reduce import plan, shared
+from ..reduce.plan import name_rank
+from ..reduce.shared import slices_of
 from .nesting import parents_of
 from .search import check_page, check_range, name_text
 
@@ -42,7 +43,7 @@ BYTES_PER_CHUNK_SLICE = 200
 BYTES_PER_NAME = 96
 CHILDREN_BYTES_PER_SLICE = 8
 # Made on the first table: the parents (held, one index a slice), their own chunks, and the
-# plans' slice order when no plan made it yet (`reduction.static_bytes`).
+# plans' slice order when no plan made it yet (`plan.static_bytes`).
 PARENTS_BYTES_PER_SLICE = 8
 
 
@@ -50,12 +51,12 @@ def working_bytes(t: EventTable) -> int:
     """What a range table of `t` may hold at its peak, counting the state it would prepare first."""
     p = prepared_of(t)
     n = len(t) if p.slices is None else len(p.slices)  # a slice is one event at least
-    need = BYTES_PER_CHUNK_SLICE * min(n, reduction.CHUNK_SLICES) + BYTES_PER_NAME * len(t.names)
+    need = BYTES_PER_CHUNK_SLICE * min(n, shared.CHUNK_SLICES) + BYTES_PER_NAME * len(t.names)
     if t.scratch is None:
         need += CHILDREN_BYTES_PER_SLICE * n
-    need += reduction.slices_bytes(t)
+    need += plan.slices_bytes(t)
     if p.parents is None:
-        need += PARENTS_BYTES_PER_SLICE * n + reduction.static_bytes(t)
+        need += PARENTS_BYTES_PER_SLICE * n + plan.static_bytes(t)
     return need
 
 
@@ -96,7 +97,7 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
     """Per-name statistics of the slices overlapping [start_us, end_us] (all, when absent).
 
     Rows are sorted by wall time (then count, descending; then name); `other` sums the
-    rows past `limit`. The slices are read `chunk` (default `reduction.CHUNK_SLICES`) at a
+    rows past `limit`. The slices are read `chunk` (default `shared.CHUNK_SLICES`) at a
     time, in three passes (children's time onto parents; sums; each name's longest), so
     what the table holds beside the trace's columns is per name, plus one number per slice
     (its children's time) kept in a scratch file when the trace's columns are. Sums are added in slice order, one
@@ -107,7 +108,7 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
     sl = slices_of(t)
     parent = parents_of(t)
     n, k = len(sl), len(t.names)
-    chunk = chunk or reduction.CHUNK_SLICES
+    chunk = chunk or shared.CHUNK_SLICES
     spans = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
 
     def part(a: int, b: int) -> _Part:

@@ -29,8 +29,8 @@ from ..model.mapped import spill
 from ..model.slices import chunk_end
 from ..model.sorting import row_dtype
 from ..model.table import EventTable
-from ..reduce import reduction
-from ..reduce.reduction import slice_order, slices_of
+from ..reduce import shared
+from ..reduce.shared import slice_order, slices_of
 
 # Below this many slices still looking, a numpy round costs more than a Python step each.
 _LOOP_BELOW = 256
@@ -40,7 +40,7 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
                    by_start: Optional[np.ndarray] = None, chunk: Optional[int] = None) -> np.ndarray:
     """For each slice, the index of its direct parent on its track, or -1 (see module doc).
 
-    The slices are taken `chunk` (default `reduction.CHUNK_SLICES`) at a time in order of (track, start) (`by_start`: that
+    The slices are taken `chunk` (default `shared.CHUNK_SLICES`) at a time in order of (track, start) (`by_start`: that
     order, sorted here when not given), so the work's temporaries stay the size of a chunk
     however long the trace. What a chunk needs of the slices before it is the stack of
     those still open when it starts: a later slice's parent is the nearest earlier slice
@@ -56,7 +56,7 @@ def direct_parents(track: np.ndarray, start: np.ndarray, end: np.ndarray,
         return parent
     if by_start is None:
         by_start = np.lexsort((start, track))
-    chunk = chunk or reduction.CHUNK_SLICES
+    chunk = chunk or shared.CHUNK_SLICES
     stack = np.zeros(0, dtype=np.int64)  # the open slices after the previous chunk, outermost first
     a = 0
     while a < m:
@@ -117,7 +117,7 @@ def parents_of(t: EventTable) -> np.ndarray:
 
     Kept in the table's prepared state (`prepared.Prepared.parents`), whose memory the
     index counts (`TraceIndex.memory_bytes`), so the budget sees it. It walks the slices
-    in the order plans keep (`reduction.slice_order`), so it sorts nothing whole.
+    in the order plans keep (`shared.slice_order`), so it sorts nothing whole.
     """
     p = prepared_of(t)
     parents = p.parents

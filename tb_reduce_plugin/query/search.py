@@ -32,8 +32,9 @@ from ..model.mapped import Appended
 from ..model.slices import SliceTable
 from ..model.sorting import order_by, row_dtype, sample_bytes
 from ..model.table import INSTANT_PHASES, EventTable, ph_in
-from ..reduce.reduction import CHUNK_EVENTS as CHUNK_ROWS
-from ..reduce.reduction import check_window, slices_bytes, slices_of
+from ..reduce.plan import check_window, slices_bytes
+from ..reduce.shared import CHUNK_EVENTS as CHUNK_ROWS
+from ..reduce.shared import slices_of
 
 MAX_QUERY_CHARS = 1000
 DEFAULT_LIMIT = 1000
@@ -45,7 +46,7 @@ _CHUNK = 8192  # names matched between looks at the clock
 # tracemalloc, `test_query_search`): a warm search reads the time order a chunk of rows at
 # a time (~30 B a row of one chunk, plus 1 B an event); the first builds that order — ~48 B
 # an event in memory, a chunk's worth into the table's scratch folder when it has one —
-# and, when no view has yet, the slices (`reduction.slices_bytes`).
+# and, when no view has yet, the slices (`plan.slices_bytes`).
 WARM_BYTES_PER_EVENT = 1
 CHUNK_BYTES_PER_ROW = 48
 HIT_BYTES = 400  # a hit of the page, as the dict the answer holds (274 B measured), and its row

@@ -10,7 +10,7 @@ tenths (`"0"` under 10 %, `"9"` 90 % and more). The dashboard shades the
 summary by it; other viewers show it among the args.
 
 Busy time is the union of the summary's folded slices inside the window (nested or
-overlapping slices count once). The fold (`reduction._fold_track`) reads a track's
+overlapping slices count once). The fold (`summaries._fold_track`) reads a track's
 folded slices in order of start, a chunk at a time, with the latest end so far: each
 slice adds its part past that end, so the parts never overlap and come in time order.
 A folded slice is shorter than a bucket, so its part lies in one bucket or two. Sums
@@ -67,7 +67,7 @@ def _add_parts(sums: np.ndarray, base: np.ndarray, lo: np.ndarray, hi: np.ndarra
                t0: float, t1: float, theta: float, last_bucket: int) -> None:
     """Add parts [lo, hi) of groups `g` to `sums` (`base[j]`: where group j's bucket 0
     would sit); an empty part (hi <= lo) adds 0. Buckets are counted as
-    `reduction._Buckets.of` counts them: floor((t - t0) / theta), at most the last."""
+    `buckets._Buckets.of` counts them: floor((t - t0) / theta), at most the last."""
     lo, hi = np.clip(lo, t0, t1), np.clip(hi, t0, t1)
     b0 = np.minimum(((lo - t0) / theta).astype(np.int64), last_bucket)  # t >= t0: truncation is floor
     b1 = np.minimum(((hi - t0) / theta).astype(np.int64), last_bucket)

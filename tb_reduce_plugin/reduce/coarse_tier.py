@@ -20,7 +20,7 @@ import numpy as np
 
 from ..model.table import FLOW_PHASES, PH_X, EventTable
 from .levels import RESOLUTION
-from .reduction import default_window
+from .plan import default_window
 
 SHARE_OF_BUCKET = 0.01
 

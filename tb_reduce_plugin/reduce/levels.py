@@ -3,7 +3,7 @@
 A level says two things about a reduced trace (README, docs/SEMANTICS.md):
 
 - how finely the window is cut into time buckets (`RESOLUTION`; level 0 is lossless
-  and has none), which decides what planning keeps (`reduction.plan`);
+  and has none), which decides what planning keeps (`plan.plan`);
 - what is written of a kept event's args (`ArgsPolicy`), which the writer
   (`writer.transform`) and the input formats (`EventSource.events`: an XSpace does not
   even decode the args a policy drops) carry out.

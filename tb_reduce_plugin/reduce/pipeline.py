@@ -28,19 +28,10 @@ from ..model.table import EventTable, valid_utf8
 from ..waveforms import steps as steps_module
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
-from .reduction import (
-    CHUNK_EVENTS,
-    CHUNK_SLICES,
-    FOLD_THREADS,
-    Plan,
-    check_window,
-    default_window,
-    events_in_window,
-    instant_count,
-    plan,
-    plan_within,
-    slices_bytes,
-)
+from .plan import Plan, check_window, default_window, events_in_window, plan, plan_within, slices_bytes
+from .points import instant_count
+from .shared import CHUNK_EVENTS, CHUNK_SLICES
+from .summaries import FOLD_THREADS
 from .writer import EventSource, Sink, atomic_output, write_trace
 
 Level = Union[int, str]
@@ -52,10 +43,10 @@ BUDGET_BYTES = 64 * 1024 * 1024
 # flags per event and per slice (5-12 B an event measured with chunks of 4,096), per
 # counter sample (83 B: its series' buckets are sorted whole) and per instant (~60 B
 # when every instant is the first of its bucket), plus what one chunk holds: a chunk of
-# a track's slices (`reduction.CHUNK_SLICES` at most, 70-72 B a slice measured: ~19 MB;
-# one per thread folding tracks, `reduction.FOLD_THREADS`)
+# a track's slices (`shared.CHUNK_SLICES` at most, 70-72 B a slice measured: ~19 MB;
+# one per thread folding tracks, `summaries.FOLD_THREADS`)
 # and a chunk of events while the per-event flags, the slices and the flow binding are
-# made (`reduction.CHUNK_EVENTS`, ~75 B an event of one chunk). The summaries are charged
+# made (`shared.CHUNK_EVENTS`, ~75 B an event of one chunk). The summaries are charged
 # as they are made.
 PLAN_BYTES_PER_EVENT = 12
 PLAN_BYTES_PER_SAMPLE = 96
@@ -382,7 +373,7 @@ def reduce_index(
 
 class OutputCharge:
     """What a plan's summaries hold, charged to a budget's account as they are made
-    (`reduction.plan(grow=)`): their number follows the window's shape, so it is known
+    (`plan.plan(grow=)`): their number follows the window's shape, so it is known
     only then. `release` gives back what the plan dropped held."""
 
     def __init__(self, account: Account, alongside: int) -> None:
@@ -425,7 +416,7 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
     if not {"slices", "static", "flow_binding"} <= index.prepared.ready_fields():  # a query made some, not all
         need += (PREPARED_SPILLED_BYTES_PER_EVENT if t.scratch is not None else PREPARED_BYTES_PER_EVENT) * n
         need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
-    if index.prepared.name_rank is None:  # sorting the distinct names once (`reduction.name_rank`)
+    if index.prepared.name_rank is None:  # sorting the distinct names once (`plan.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
     return need
 

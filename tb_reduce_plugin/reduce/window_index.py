@@ -5,7 +5,7 @@ A plan of the whole trace reads every event; a plan of a window read every event
 (flags per event, a pass over every slice), so a zoom into a 50 M-event trace after a
 restart read ~1.5 GB of mapped columns from disk to answer a few thousand events. This
 index, made once per table (by a server in the background after the table's first plan:
-`reduction.prepare_window_index`) and kept with the prepared state
+`plan.prepare_window_index`) and kept with the prepared state
 (`index/prepared_io.py`), holds:
 
 * the timed events other than slices (instants, counters, flows, metadata, the rest) in
@@ -19,7 +19,7 @@ index, made once per table (by a server in the background after the table's firs
   Perfetto a max-duration segment tree per track);
 * the events every plan keeps (metadata, unmatched B/E, untimed ones) by index;
 * for flows: each key's number of events, the flow events by (track, time), each one's row
-  in the flow binding (`reduction._flow_binding`) and, per track, how far before a slice a
+  in the flow binding (`flows._flow_binding`) and, per track, how far before a slice a
   flow event binds to it as the next one. A flow is kept only if each of its events binds
   to a kept slice of its own track, and kept slices overlap the window: so each of its
   events lies within a kept slice of its track (less that reach), and only the flows
@@ -68,7 +68,7 @@ class WindowIndex:
     tier_order: np.ndarray  # slices by (tier, start, slice)
     tier_rows: np.ndarray  # tier k's rows of tier_order: tier_rows[k]:tier_rows[k + 1] (TIERS + 1)
     tier_extent: np.ndarray  # per tier, the longest end - start (and dur) of its slices
-    always: np.ndarray  # the events every plan keeps (`reduction._Static.always`), ascending
+    always: np.ndarray  # the events every plan keeps (`shared._Static.always`), ascending
     flow_size: np.ndarray  # per flow key, how many flow events bear it
     flow_row: np.ndarray  # per flow event (in event order), its row among the flows by track
     flow_reach: np.ndarray  # per track, how far before a slice a flow event binding to it as the next lies

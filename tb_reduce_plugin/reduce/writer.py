@@ -25,7 +25,7 @@ from ..errors import TraceError
 from ..model.table import clean_json_text, valid_utf8
 from ..native import scanner_module
 from .levels import ArgsPolicy, args_policy
-from .reduction import Plan
+from .plan import Plan
 
 STRING_LIMIT = 256
 LIST_LIMIT = 32

@@ -85,8 +85,8 @@ from ..multihost.spread import host_waveforms
 from ..profile_tab import asks
 from ..profile_tab.answers import ProfileTabAnswers
 from ..profile_tab.hook import MODES, ProfileTabHook, WsgiApp
+from ..reduce.levels import MAX_RESOLUTION, RESOLUTION
 from ..reduce.pipeline import check_window, parse_level
-from ..reduce.reduction import MAX_RESOLUTION, RESOLUTION
 from ..waveforms.scalars import is_tag_id
 from .cache import Body
 from .gate import ServerBusy

@@ -54,7 +54,7 @@ from ..query import aggregate as query_aggregate
 from ..query import search as query_search
 from ..reduce.coarse_tier import tier_rows_of
 from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
-from ..reduce.reduction import prepare_window_index
+from ..reduce.plan import prepare_window_index
 from ..reduce.window_index import window_index_bytes
 from ..waveforms.categories import CATEGORIES
 from ..waveforms.scalars import JSON_WORK_BYTES, POINT_BYTES, RunScalars, json_points, m4_indices, series_summary
@@ -565,7 +565,7 @@ class TraceService:
                 self._writes.put_for(idx, write)
 
     def _prepare_window_index(self, idx: TraceIndex) -> None:
-        """Make `idx`'s window index (`reduction.prepare_window_index`) in the background,
+        """Make `idx`'s window index (`plan.prepare_window_index`) in the background,
         after its first plan: until it is made, plans of a window read the whole table, as
         before; once made, a zoom costs what it shows. It goes into the index's scratch
         folder, so what it holds is a chunk and the sorts' samples, charged to the budget

@@ -39,7 +39,7 @@ from ..model.mapped import Appended
 from ..model.slices import SliceTable
 from ..model.sorting import order_by
 from ..model.table import EventTable
-from ..reduce.reduction import slices_of
+from ..reduce.shared import slices_of
 from .categories import CATEGORIES, DEVICE_IDLE, NONE, UNACCOUNTED, SliceKinds, device_tracks
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

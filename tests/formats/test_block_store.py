@@ -14,7 +14,7 @@ from tb_reduce_plugin.formats import block_store
 from tb_reduce_plugin.formats.block_store import BlockStore, TierBuilder
 from tb_reduce_plugin.reduce.coarse_tier import tier_rows_of
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tests.table_equality import native
 
 ROOT = Path(__file__).resolve().parents[2]

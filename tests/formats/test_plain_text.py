@@ -19,7 +19,7 @@ from tb_reduce_plugin.formats import chrome_json, plain_text
 from tb_reduce_plugin.formats.plain_text import PlainText
 from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tests.table_equality import native
 
 TORCH = next(iter(sorted((CORPUS / "generated").glob("torch_cpu_cnn_small/*.pt.trace.json"))), None)

@@ -274,7 +274,7 @@ def test_prepared_state_read_from_a_cut_scratch_file_is_not_kept_as_the_state(tm
     the background writer: a scratch file cut before that copy is not kept (in the native
     build its missing pages would read as zeros), and the index is left without it."""
     from tb_reduce_plugin.index.store import IndexStore, indexed
-    from tb_reduce_plugin.reduce.reduction import slices_of
+    from tb_reduce_plugin.reduce.shared import slices_of
 
     require_corpus()
     src = max((p for p in CORPUS.rglob("*.json.gz") if "CORRUPT" not in p.name), key=lambda p: p.stat().st_size)

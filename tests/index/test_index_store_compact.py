@@ -21,7 +21,7 @@ from tb_reduce_plugin.index.store import IndexStore, indexed, parse_spilling
 from tb_reduce_plugin.model import mapped
 from tb_reduce_plugin.model.slices import build_slices
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 
 
 @pytest.fixture()

@@ -27,7 +27,7 @@ from tb_reduce_plugin.native import guard_module
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tb_reduce_plugin.serve import service as service_module
 from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.waveforms.steps import derive

@@ -16,9 +16,9 @@ from tb_reduce_plugin.index.prepared import prepared_of
 from tb_reduce_plugin.model import slices as slices_module
 from tb_reduce_plugin.model.slices import build_slices
 from tb_reduce_plugin.model.table import FLOW_PHASES, PH_M, PH_X, EventTable, ph_in
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import flows, plan, shared
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import slices_of
+from tb_reduce_plugin.reduce.shared import slices_of
 
 pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
 
@@ -69,13 +69,13 @@ def whole_default_window(t: EventTable) -> tuple[float, float]:
 
 
 def assert_same_binding(t: EventTable, name: str) -> None:
-    got, want = reduction._flow_binding(t, slices_of(t)), whole_flow_binding(t)
+    got, want = flows._flow_binding(t, slices_of(t)), whole_flow_binding(t)
     for f in ("fidx", "forder", "order"):
         a, b = getattr(got, f), want[f]
         assert a.dtype == b.dtype and np.array_equal(a, b), (name, f)
     assert len(got.segments) == len(want["segments"]), name
     for seg, ref in zip(got.segments, want["segments"]):
-        ts, tol = reduction._segment_times(t, got, seg, np.arange(seg.hi_f - seg.lo_f))
+        ts, tol = flows._segment_times(t, got, seg, np.arange(seg.hi_f - seg.lo_f))
         assert np.array_equal(ts, ref["ts"], equal_nan=True) and np.array_equal(tol, ref["tol"], equal_nan=True)
         for k, v in ref.items():
             if k in ("ts", "tol"):  # read through the orders, not kept: compared above
@@ -98,8 +98,8 @@ def chunked_tables(tables: list, monkeypatch, chunk) -> list:
     """Chunks of `chunk` slices and events; chunks of 1 and 7 only on traces small enough
     for them to be quick."""
     if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(shared, "CHUNK_EVENTS", chunk)
     return [(name, t) for name, t in tables
             if chunk is None or len(t) <= {1: 2_000, 7: 5_000}.get(chunk, 1 << 62)]
 
@@ -117,7 +117,7 @@ def test_the_flow_binding_made_in_chunks_of_any_size_equals_the_whole_array_one(
     for name, t in chunked_tables(tables, monkeypatch, chunk):
         t = fresh(t)
         assert_same_binding(t, name)
-        assert reduction.default_window(t) == whole_default_window(t), name
+        assert plan.default_window(t) == whole_default_window(t), name
         compared += int(np.count_nonzero(t.flow_key >= 0) > 0)
     assert compared >= 3
 
@@ -143,8 +143,8 @@ def test_flows_that_tie_cross_chunk_edges_and_sit_on_tracks_without_slices_bind_
                     **({"bp": "e"} if k % 2 else {})}]
     path = write_trace(tmp_path / "flows.json.gz", events)
     for chunk in (1, 2, 5, 64):
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(shared, "CHUNK_EVENTS", chunk)
         for scratch in (None, tmp_path / f"scratch{chunk}"):
             t = index_file(path).table
             if scratch is not None:
@@ -152,29 +152,29 @@ def test_flows_that_tie_cross_chunk_edges_and_sit_on_tracks_without_slices_bind_
                 t.scratch = str(scratch)
             assert_same_binding(t, f"chunk {chunk}")
             for level in (1, 3):
-                kept = reduction.plan(t, level).keep
-                monkeypatch.setattr(reduction, "CHUNK_SLICES", 1 << 18)
-                monkeypatch.setattr(reduction, "CHUNK_EVENTS", 1 << 22)
-                assert np.array_equal(kept, reduction.plan(index_file(path).table, level).keep), (chunk, level)
-                monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-                monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+                kept = plan.plan(t, level).keep
+                monkeypatch.setattr(shared, "CHUNK_SLICES", 1 << 18)
+                monkeypatch.setattr(shared, "CHUNK_EVENTS", 1 << 22)
+                assert np.array_equal(kept, plan.plan(index_file(path).table, level).keep), (chunk, level)
+                monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
+                monkeypatch.setattr(shared, "CHUNK_EVENTS", chunk)
 
 
 def test_a_binding_made_into_a_scratch_folder_is_mapped_and_holds_a_chunk_while_made(tmp_path: Path,
                                                                                      monkeypatch) -> None:
     """The GPU trace's binding with small chunks: its arrays are mapped from the folder,
     and what tracemalloc sees at the peak is far less than the whole-array code's."""
-    monkeypatch.setattr(reduction, "CHUNK_SLICES", 4096)
-    monkeypatch.setattr(reduction, "CHUNK_EVENTS", 4096)
+    monkeypatch.setattr(shared, "CHUNK_SLICES", 4096)
+    monkeypatch.setattr(shared, "CHUNK_EVENTS", 4096)
     t = index_file(TORCH_GPU).table
     t.scratch = str(tmp_path)
-    slices_of(t), reduction.slice_order(t)  # what a first plan makes before the binding
+    slices_of(t), shared.slice_order(t)  # what a first plan makes before the binding
     tracemalloc.start()
     whole_flow_binding(t)
     whole = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     tracemalloc.start()
-    fb = reduction._flow_binding(t, slices_of(t))
+    fb = flows._flow_binding(t, slices_of(t))
     chunked = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert all(isinstance(a, np.memmap) for a in (fb.fidx, fb.forder, fb.order))
@@ -243,7 +243,7 @@ def test_the_flows_a_plan_keeps_found_in_chunks_are_those_whole_arrays_find(tabl
     """For kept-slice masks of every density (none, a few, half, all, random), on every
     trace with flows: the same flow events kept."""
     if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(shared, "CHUNK_EVENTS", chunk)
     rng = np.random.default_rng(5)
     compared = 0
     for name, t in tables:
@@ -253,7 +253,7 @@ def test_the_flows_a_plan_keeps_found_in_chunks_are_those_whole_arrays_find(tabl
         n = len(sl.start)
         for kept in (np.zeros(n, bool), rng.random(n) < 0.01, rng.random(n) < 0.5, np.ones(n, bool),
                      sl.dur >= np.median(sl.dur) if n else np.zeros(0, bool)):
-            got = reduction._flow_keep(t, sl, kept)
+            got = flows._flow_keep(t, sl, kept)
             assert np.array_equal(np.sort(got), np.sort(whole_flow_keep(t, kept))), name
             compared += 1
     assert compared >= 10
@@ -271,10 +271,10 @@ def test_the_slice_order_made_in_buckets_equals_one_sort_of_every_slice(tables, 
     for name, t in chunked_tables(tables, monkeypatch, chunk):
         sl = slices_of(t)
         for folder in (None, str(tmp_path)):
-            got = reduction._track_start_order(sl, folder)
+            got = shared._track_start_order(sl, folder)
             assert got.dtype == np.int32 and np.array_equal(got, whole_slice_order(sl)), name  # as stored
         prepared_of(t).static = None
-        st = reduction._static(t, sl)
+        st = shared._static(t, sl)
         has_ts = ~np.isnan(t.ts)
         always = (t.ph == PH_M) | (~has_ts & ~ph_in(t.ph, FLOW_PHASES))
         always[sl.unpaired] = True
@@ -301,5 +301,5 @@ def test_slices_out_of_order_with_runs_of_one_start_longer_than_a_bucket_sort_as
     t = index_file(write_trace(tmp_path / "runs.json.gz", events)).table
     sl = slices_of(t)
     for chunk in (3, 16, 500):
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        assert np.array_equal(reduction._track_start_order(sl, str(tmp_path)), whole_slice_order(sl)), chunk
+        monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
+        assert np.array_equal(shared._track_start_order(sl, str(tmp_path)), whole_slice_order(sl)), chunk

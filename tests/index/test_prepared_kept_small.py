@@ -19,7 +19,7 @@ from plugin_support import require_corpus
 from tb_reduce_plugin.index import store as store_module
 from tb_reduce_plugin.index.store import index_digest
 from tb_reduce_plugin.model.sorting import search_by
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tb_reduce_plugin.serve.service import TraceService
 
 

@@ -17,7 +17,8 @@ from tb_reduce_plugin.model.table import EventTable
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file, reduce_index, reduction_bytes
-from tb_reduce_plugin.reduce.reduction import default_window, name_rank, plan, prepare_window_index, slices_of
+from tb_reduce_plugin.reduce.plan import default_window, name_rank, plan, prepare_window_index
+from tb_reduce_plugin.reduce.shared import slices_of
 
 STALLED = ROOT / "demo_logdir" / "stalled_step" / "torch_stalled_step.pt.trace.json.gz"
 XSPACE = ROOT / "tests" / "fixtures" / "traces" / "jax_stalled_step.xplane.pb"

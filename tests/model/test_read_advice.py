@@ -92,7 +92,7 @@ def test_a_window_plans_searches_read_at_random_and_only_a_narrow_one_asks_for_i
     from index_support import copied_gz_trace
     from plugin_support import require_corpus
 
-    from tb_reduce_plugin.reduce import reduction
+    from tb_reduce_plugin.reduce import plan
     from tb_reduce_plugin.reduce.window_index import WindowIndex
     from tb_reduce_plugin.serve.service import TraceService
 
@@ -103,7 +103,7 @@ def test_a_window_plans_searches_read_at_random_and_only_a_narrow_one_asks_for_i
     service.reduction("run", host, 2, None, None)
     service.wait_saved()
     searched, planned = [], []
-    rows_within, plan_window = WindowIndex.rows_within, reduction._plan_window
+    rows_within, plan_window = WindowIndex.rows_within, plan._plan_window
 
     def searching(self, *args, **kwargs):
         searched.append(read_advice.advised_random())
@@ -114,10 +114,10 @@ def test_a_window_plans_searches_read_at_random_and_only_a_narrow_one_asks_for_i
         return plan_window(*args, **kwargs)
 
     monkeypatch.setattr(WindowIndex, "rows_within", searching)
-    monkeypatch.setattr(reduction, "_plan_window", planning)
-    lo, hi = service.on_index(service.trace_file("run", host), lambda i: reduction.default_window(i.table))
+    monkeypatch.setattr(plan, "_plan_window", planning)
+    lo, hi = service.on_index(service.trace_file("run", host), lambda i: plan.default_window(i.table))
     service.reduction("run", host, 2, lo + 0.4 * (hi - lo), lo + 0.41 * (hi - lo))
-    monkeypatch.setattr(reduction, "RANDOM_READ_ROWS", -1)  # every window counts as wide
+    monkeypatch.setattr(plan, "RANDOM_READ_ROWS", -1)  # every window counts as wide
     service.reduction("run", host, 2, lo + 0.5 * (hi - lo), lo + 0.51 * (hi - lo))
     assert len(searched) == 2 and all(n > 0 for n in searched)
     assert planned[0][0] > 0 and planned[1][0] == 0  # a narrow plan holds the advice; a wide one gave it back

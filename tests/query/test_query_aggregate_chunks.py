@@ -21,9 +21,10 @@ from tb_reduce_plugin.query import aggregate as query_aggregate
 from tb_reduce_plugin.query.aggregate import DEFAULT_LIMIT, _longest_occurrence, _track_mask, aggregate, check_aggregate
 from tb_reduce_plugin.query.nesting import parents_of
 from tb_reduce_plugin.query.search import name_text
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import shared
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window, name_rank, slices_of
+from tb_reduce_plugin.reduce.plan import default_window, name_rank
+from tb_reduce_plugin.reduce.shared import slices_of
 
 pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
 
@@ -187,7 +188,7 @@ def test_a_range_tables_traced_peak_stays_within_what_working_bytes_charges(tmp_
     ones, over the whole trace and a window; with chunks made small once, so the per-chunk
     charge does not hide a per-slice cost."""
     if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
     t = _one_track(tmp_path, 120_000)
     slices_of(t)  # what a first view makes: charged by that view
     d0, d1 = default_window(t)

@@ -14,7 +14,8 @@ from tb_reduce_plugin.model.table import INSTANT_PHASES
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import MAX_LIMIT, compile_query, name_text, search
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.reduction import default_window, slices_of
+from tb_reduce_plugin.reduce.plan import default_window
+from tb_reduce_plugin.reduce.shared import slices_of
 
 pytestmark = [
     pytest.mark.corpus,

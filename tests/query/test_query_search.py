@@ -230,11 +230,11 @@ def test_a_searchs_traced_peak_first_and_warm_stays_within_what_working_bytes_ch
     import tracemalloc
 
     from tb_reduce_plugin.model import slices as slices_module
-    from tb_reduce_plugin.reduce import reduction
+    from tb_reduce_plugin.reduce import shared
 
     if chunk is not None:
-        for module, name in ((search_module, "CHUNK_ROWS"), (reduction, "CHUNK_EVENTS"),
-                             (reduction, "CHUNK_SLICES"), (slices_module, "CHUNK_EVENTS")):
+        for module, name in ((search_module, "CHUNK_ROWS"), (shared, "CHUNK_EVENTS"),
+                             (shared, "CHUNK_SLICES"), (slices_module, "CHUNK_EVENTS")):
             monkeypatch.setattr(module, name, chunk)
     t = index_file(_slices_and_instants(tmp_path, 200_000)).table
     if scratch:

@@ -1,5 +1,5 @@
 """A plan of the whole table makes the flow binding on a second core while it folds the
-slices (`reduction._binding_ahead`): the same plans as on one core, the same binding, an
+slices (`plan._binding_ahead`): the same plans as on one core, the same binding, an
 error met there raised by the plan, and no thread left behind whatever ended the plan."""
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ import pytest
 
 from tb_reduce_plugin.budget import OverBudget
 from tb_reduce_plugin.index.prepared import prepared_of
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import flows, summaries
+from tb_reduce_plugin.reduce import plan as plan_module
 
 WORKER = "tb-reduce-flow-binding"
+
+
+def cores(monkeypatch, n: int) -> None:
+    """`n` usable cores for the plan (the binding made ahead) and the fold (`summaries._on_two_cores`) alike."""
+    for module in (plan_module, summaries):
+        monkeypatch.setattr(module, "usable_cores", lambda: n)
 
 
 def fresh(t):
@@ -23,7 +30,7 @@ def fresh(t):
     return t
 
 
-def plan_fields(p: reduction.Plan) -> list:
+def plan_fields(p: plan_module.Plan) -> list:
     out = [p.level, p.resolution, p.t0, p.t1, p.keep]
     out += [getattr(p.summaries, f.name) for f in dataclasses.fields(p.summaries)]
     return out
@@ -42,28 +49,28 @@ def flowing(oracle_tables) -> list:
 
 def binding_threads(monkeypatch) -> list[str]:
     """The names of the threads that make a flow binding from now on."""
-    made, inner = [], reduction._flow_binding
+    made, inner = [], flows._flow_binding
 
     def recording(t, sl):
         if prepared_of(t).flow_binding is None:
             made.append(threading.current_thread().name)
         return inner(t, sl)
 
-    monkeypatch.setattr(reduction, "_flow_binding", recording)
+    monkeypatch.setattr(flows, "_flow_binding", recording)
     return made
 
 
 def test_plans_made_with_the_binding_on_a_second_core_equal_those_made_on_one(flowing, monkeypatch) -> None:
     made = binding_threads(monkeypatch)
     for name, t in flowing:
-        d0, d1 = reduction.default_window(t)
+        d0, d1 = plan_module.default_window(t)
         asks = [(2, None, None), (4, None, None), (0, d0, d0 + (d1 - d0) / 3), (2, d0, (d0 + d1) / 2)]
         for level, a, b in asks:
-            monkeypatch.setattr(reduction, "usable_cores", lambda: 1)
-            one = plan_fields(reduction.plan(fresh(t), level, a, b))
+            cores(monkeypatch, 1)
+            one = plan_fields(plan_module.plan(fresh(t), level, a, b))
             binding_one = prepared_of(t).flow_binding
-            monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
-            two = plan_fields(reduction.plan(fresh(t), level, a, b))
+            cores(monkeypatch, 2)
+            two = plan_fields(plan_module.plan(fresh(t), level, a, b))
             assert same(one, two), (name, level, a, b)
             got = prepared_of(t).flow_binding
             for f in ("fidx", "forder", "order"):
@@ -78,48 +85,48 @@ def test_an_error_met_making_the_binding_ahead_is_raised_by_the_plan(flowing, mo
     def failing(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
-    monkeypatch.setattr(reduction, "_flow_events", failing)
+    cores(monkeypatch, 2)
+    monkeypatch.setattr(flows, "_flow_events", failing)
     with pytest.raises(OSError, match="No space left"):
-        reduction.plan(fresh(t), 2)
+        plan_module.plan(fresh(t), 2)
     assert not [th for th in threading.enumerate() if th.name == WORKER]
     monkeypatch.undo()
-    assert reduction.plan(fresh(t), 2).events > 0  # nothing half-made was kept: the next plan makes it
+    assert plan_module.plan(fresh(t), 2).events > 0  # nothing half-made was kept: the next plan makes it
 
 
 def test_a_plan_stopped_by_its_budget_leaves_no_thread_writing_behind_it(flowing, monkeypatch) -> None:
     name, t = flowing[0]
-    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+    cores(monkeypatch, 2)
     started = threading.Event()
-    inner = reduction._flow_events
+    inner = flows._flow_events
 
     def slow(*args, **kwargs):
         started.set()
         return inner(*args, **kwargs)
 
-    monkeypatch.setattr(reduction, "_flow_events", slow)
+    monkeypatch.setattr(flows, "_flow_events", slow)
 
     def grow(n: int) -> None:
         started.wait(10)
         raise OverBudget("over the budget (test)")
 
     with pytest.raises(OverBudget):
-        reduction.plan(fresh(t), 2, grow=grow)
+        plan_module.plan(fresh(t), 2, grow=grow)
     assert not [th for th in threading.enumerate() if th.name == WORKER]
     assert prepared_of(t).flow_binding is not None  # made to its end, waited for, kept
 
 
 def test_two_plans_of_one_table_at_once_make_its_binding_once_and_agree(flowing, monkeypatch) -> None:
-    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
-    made, inner = [], reduction._flow_events
+    cores(monkeypatch, 2)
+    made, inner = [], flows._flow_events
 
     def counted(*args, **kwargs):
         made.append(threading.current_thread().name)
         return inner(*args, **kwargs)
 
-    monkeypatch.setattr(reduction, "_flow_events", counted)
+    monkeypatch.setattr(flows, "_flow_events", counted)
     name, t = max(flowing, key=lambda nt: len(nt[1]))
-    want = plan_fields(reduction.plan(fresh(t), 2))
+    want = plan_fields(plan_module.plan(fresh(t), 2))
     for _ in range(3):
         made.clear()
         fresh(t)
@@ -128,7 +135,7 @@ def test_two_plans_of_one_table_at_once_make_its_binding_once_and_agree(flowing,
 
         def plan(i: int, got: list = got, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
-            got[i] = plan_fields(reduction.plan(t, 2))
+            got[i] = plan_fields(plan_module.plan(t, 2))
 
         threads = [threading.Thread(target=plan, args=(i,)) for i in range(2)]
         for th in threads:
@@ -137,7 +144,7 @@ def test_two_plans_of_one_table_at_once_make_its_binding_once_and_agree(flowing,
             th.join()
         assert same(got[0], want) and same(got[1], want), name
         assert made == [WORKER]  # made once, on the worker: the other plan waited for it
-        assert not reduction._ahead
+        assert not flows._ahead
 
 
 def test_the_binding_order_sorts_only_slices_that_share_a_track_and_start_and_agrees_with_a_whole_sort() -> None:
@@ -153,5 +160,5 @@ def test_the_binding_order_sorts_only_slices_that_share_a_track_and_start_and_ag
         idx = rng.permutation(n).astype(np.int64)
         by_start = np.lexsort((idx, start, trk))
         trk, start, end, idx = trk[by_start], start[by_start], end[by_start], idx[by_start]
-        assert np.array_equal(reduction._longest_first_within_ties(idx, trk, start, end),
+        assert np.array_equal(flows._longest_first_within_ties(idx, trk, start, end),
                               np.lexsort((idx, -end, start, trk)))

@@ -27,7 +27,7 @@ from corpus_support import CORPUS, CORRUPT_XSPACE, NOT_A_TRACE, TRACES
 
 from tb_reduce_plugin import native as native_module
 from tb_reduce_plugin.errors import TraceError
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import plan
 from tb_reduce_plugin.reduce.pipeline import TraceIndex, index_file, reduce_index, reduce_to_bytes
 from tests.reference_checker import check_reduction, default_window, load_trace
 from tests.table_equality import native
@@ -126,7 +126,7 @@ def test_every_corpus_trace_reduces_within_the_guarantees(case: tuple[str, int, 
     if _twin_of_pure_run():
         start = end = None
         if windowed:
-            t0, t1 = reduction.default_window(_index(trace).table)
+            t0, t1 = plan.default_window(_index(trace).table)
             start, end = t0 + (t1 - t0) / 3, t0 + 2 * (t1 - t0) / 3
         pure = _reduced(trace, level, start, end)
         assert pure == _reduced_natively(trace, level, start, end), (

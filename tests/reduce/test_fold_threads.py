@@ -1,4 +1,4 @@
-"""Tracks folded on two threads at once (`reduction._on_two_cores`) give, byte for byte, the
+"""Tracks folded on two threads at once (`summaries._on_two_cores`) give, byte for byte, the
 plan of folding them in turn: the same kept events and the same summaries in track order
 (names, counts, busy digits), whichever thread folded which track, at any chunk size; and
 an error in either thread is the plan's."""
@@ -10,14 +10,21 @@ import threading
 import numpy as np
 import pytest
 
-from tb_reduce_plugin.reduce import reduction
-from tb_reduce_plugin.reduce.reduction import default_window, plan
+from tb_reduce_plugin.reduce import plan as plan_module
+from tb_reduce_plugin.reduce import shared, summaries
+from tb_reduce_plugin.reduce.plan import default_window, plan
+
+
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two usable cores for the fold (`summaries._on_two_cores`) and, as ever, the plan's binding made ahead."""
+    for module in (summaries, plan_module):
+        monkeypatch.setattr(module, "usable_cores", lambda: 2)
 
 
 def _plans(t, monkeypatch: pytest.MonkeyPatch, apart: bool, chunk: int) -> list:
-    monkeypatch.setattr(reduction, "_FOLD_APART_FROM", 0 if apart else 1 << 62)
-    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
-    monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+    monkeypatch.setattr(summaries, "_FOLD_APART_FROM", 0 if apart else 1 << 62)
+    two_cores(monkeypatch)
+    monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
     d0, d1 = default_window(t)
     out = [plan(t, level, *w) for level in (1, 2, 4) for w in ((None, None), (d0 + 0.1 * (d1 - d0), d1))]
     monkeypatch.undo()
@@ -29,7 +36,7 @@ def test_tracks_folded_on_two_threads_give_the_plan_of_folding_them_in_turn(orac
                                                                           chunk) -> None:
     compared = 0
     for _, t in oracle_tables:
-        if len(np.unique(reduction.slices_of(t).track)) < 2:
+        if len(np.unique(shared.slices_of(t).track)) < 2:
             continue
         for a, b in zip(_plans(t, monkeypatch, True, chunk), _plans(t, monkeypatch, False, chunk)):
             assert np.array_equal(a.keep, b.keep)
@@ -42,9 +49,9 @@ def test_tracks_folded_on_two_threads_give_the_plan_of_folding_them_in_turn(orac
 
 def test_an_error_while_folding_on_the_second_thread_is_raised_by_the_plan(oracle_tables, monkeypatch) -> None:
     """The memory budget refusing a summary (`grow`) while the second thread folds."""
-    t = next(t for _, t in oracle_tables if len(np.unique(reduction.slices_of(t).track)) >= 3)
-    monkeypatch.setattr(reduction, "_FOLD_APART_FROM", 0)
-    monkeypatch.setattr(reduction, "usable_cores", lambda: 2)
+    t = next(t for _, t in oracle_tables if len(np.unique(shared.slices_of(t).track)) >= 3)
+    monkeypatch.setattr(summaries, "_FOLD_APART_FROM", 0)
+    two_cores(monkeypatch)
 
     def grow(n: int) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tb_reduce_plugin.errors import TraceError
 from tb_reduce_plugin.reduce.pipeline import reduce_to_bytes
-from tb_reduce_plugin.reduce.reduction import MIN_WINDOW_US
+from tb_reduce_plugin.reduce.plan import MIN_WINDOW_US
 from tests.reference_checker import RESOLUTION, SUMMARY_CAT, check_reduction, load_trace
 
 # ----------------------------------------------------------------- generators

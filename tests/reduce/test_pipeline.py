@@ -118,7 +118,7 @@ def test_the_span_a_reader_finds_while_building_is_the_default_window_a_pass_ove
         events: object, tmp_path: Path) -> None:
     import dataclasses
 
-    from tb_reduce_plugin.reduce import reduction
+    from tb_reduce_plugin.reduce import plan
 
     if events == "corpus":
         paths = sorted((ROOT.parent / "shared" / "corpus" / "generated").rglob("*.json*"))[:6]
@@ -128,4 +128,4 @@ def test_the_span_a_reader_finds_while_building_is_the_default_window_a_pass_ove
     for path in paths:
         t = index_file(path).table
         assert t.span is not None
-        assert reduction._default_window(t) == reduction._default_window(dataclasses.replace(t, span=None))
+        assert plan._default_window(t) == plan._default_window(dataclasses.replace(t, span=None))

@@ -17,9 +17,13 @@ from oracle_traces import STALLED, TORCH_GPU, XSPACE, write_trace
 
 from tb_reduce_plugin.budget import MemoryBudget, OverBudget
 from tb_reduce_plugin.model.mapped import SPILL_AT_LEAST
+from tb_reduce_plugin.model.table import INSTANT_PHASES
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import flows as flows_module
+from tb_reduce_plugin.reduce import plan as plan_module
+from tb_reduce_plugin.reduce import shared
+from tb_reduce_plugin.reduce import summaries as summaries_module
 from tb_reduce_plugin.reduce.pipeline import (
     PLAN_BYTES_PER_CHUNK_EVENT,
     PLAN_BYTES_PER_CHUNK_SLICE,
@@ -31,7 +35,9 @@ from tb_reduce_plugin.reduce.pipeline import (
     reduce_index,
     reduction_bytes,
 )
-from tb_reduce_plugin.reduce.reduction import Summaries, default_window, name_rank, plan, slices_of
+from tb_reduce_plugin.reduce.plan import default_window, name_rank, plan
+from tb_reduce_plugin.reduce.shared import slices_of
+from tb_reduce_plugin.reduce.summaries import Summaries
 
 pytestmark = pytest.mark.usefixtures("no_background_work")  # their traced peaks: no other thread's work in them
 
@@ -49,7 +55,7 @@ def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, 
         s, e, k = sl.start[idx], sl.end[idx], kept[idx]
         while True:
             bounds = np.unique(np.concatenate((s[k], e[k])))
-            straddle = ~k & reduction._bound_between(bounds, s, e, open_interval=True)
+            straddle = ~k & summaries_module._bound_between(bounds, s, e, open_interval=True)
             if not straddle.any():
                 break
             k |= straddle
@@ -61,7 +67,7 @@ def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, 
         prev_end = np.maximum.accumulate(se)[:-1]
         new = np.ones(len(small), dtype=bool)
         new[1:] = (ss[1:] >= prev_end) & ((bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)
-                                          | reduction._bound_between(bounds, prev_end, ss[1:], open_interval=False))
+                                          | summaries_module._bound_between(bounds, prev_end, ss[1:], open_interval=False))
         heads = np.flatnonzero(new)
         out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
         out_start.append(ss[heads])
@@ -70,17 +76,17 @@ def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, 
         members.append((ngroups + np.cumsum(new) - 1, sl.name[idx[small]]))
         ngroups += len(heads)
     if ngroups == 0:
-        return kept, reduction._no_summaries()
+        return kept, summaries_module._no_summaries()
     group = np.concatenate([g for g, _ in members])
     names = np.concatenate([n for _, n in members])
     nn = int(names.max()) + 1
     combo, counts = np.unique(group.astype(np.int64) * nn + names, return_counts=True)
-    offsets, top_name, top_count = reduction._top_of_counts(combo // nn, combo % nn, counts, rank, ngroups)
+    offsets, top_name, top_count = summaries_module._top_of_counts(combo // nn, combo % nn, counts, rank, ngroups)
     return kept, Summaries(np.concatenate(out_track), np.concatenate(out_start), np.concatenate(out_end),
                            np.concatenate(out_count), offsets, top_name, top_count)
 
 
-def _assert_same_plan(a: reduction.Plan, b: reduction.Plan) -> None:
+def _assert_same_plan(a: plan_module.Plan, b: plan_module.Plan) -> None:
     assert (a.level, a.resolution, a.t0, a.t1) == (b.level, b.resolution, b.t0, b.t1)
     assert np.array_equal(a.keep, b.keep)
     for f in ("track", "start", "end", "count", "top_offsets", "top_name", "top_count"):
@@ -110,13 +116,13 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(ora
         plan(t, 1)  # the shared state made at the default chunks: the fold's chunks are what is tested here
         for v, (level, window) in enumerate((lv, w) for lv in (1, 2, 4) for w in _windows(t)):
             resolution = (None, 37)[(k + v) % 2]
-            monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+            monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
             # the per-event flags, instants and flows too (chunks of a few events are
             # test_prepared_in_chunks' concern: here 997 at least, to stay quick)
-            monkeypatch.setattr(reduction, "CHUNK_EVENTS", max(chunk, 997))
+            monkeypatch.setattr(shared, "CHUNK_EVENTS", max(chunk, 997))
             chunked = plan(t, level, *window, resolution=resolution)
-            monkeypatch.setattr(reduction, "CHUNK_EVENTS", 1 << 62)  # one chunk: whole arrays
-            monkeypatch.setattr(reduction, "_reduce_slices",
+            monkeypatch.setattr(shared, "CHUNK_EVENTS", 1 << 62)  # one chunk: whole arrays
+            monkeypatch.setattr(plan_module, "_reduce_slices",
                                 lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order))
             whole = plan(t, level, *window, resolution=resolution)
             monkeypatch.undo()
@@ -135,7 +141,7 @@ def test_busy_digits_read_in_chunks_of_any_size_are_those_of_one_pass(monkeypatc
         for level in (1, 2, 4):
             for window in _windows(t):
                 whole = plan(t, level, *window)
-                monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
+                monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
                 chunked = plan(t, level, *window)
                 monkeypatch.undo()
                 assert np.array_equal(chunked.summaries.busy_offsets, whole.summaries.busy_offsets)
@@ -180,17 +186,17 @@ def test_a_plans_traced_peak_stays_within_what_reduction_bytes_charges_for_each_
     """Per event, per counter sample and per instant, and per slice of a chunk (made small
     once, so it does not hide the per-event costs); the prepared state is built first."""
     if chunk is not None:
-        monkeypatch.setattr(reduction, "CHUNK_SLICES", chunk)
-        monkeypatch.setattr(reduction, "CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(shared, "CHUNK_SLICES", chunk)
+        monkeypatch.setattr(shared, "CHUNK_EVENTS", chunk)
     for kind, path in kinds.items():
         idx = index_file(path)
         plan(idx.table, 2)  # prepares the table's state: later plans hold only their own
         t = idx.table
-        instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in reduction.INSTANT_PHASES)
+        instants = sum(int(np.count_nonzero(t.ph == ph)) for ph in INSTANT_PHASES)
         charged = (PLAN_BYTES_PER_EVENT * len(t) + PLAN_BYTES_PER_SAMPLE * len(t.counter_event)
                    + PLAN_BYTES_PER_INSTANT * instants
-                   + PLAN_BYTES_PER_CHUNK_SLICE * min(len(t), reduction.CHUNK_SLICES)
-                   + PLAN_BYTES_PER_CHUNK_EVENT * min(len(t), reduction.CHUNK_EVENTS))
+                   + PLAN_BYTES_PER_CHUNK_SLICE * min(len(t), shared.CHUNK_SLICES)
+                   + PLAN_BYTES_PER_CHUNK_EVENT * min(len(t), shared.CHUNK_EVENTS))
         for level in ("auto", 1, 4):
             tracemalloc.start()
             try:
@@ -215,7 +221,7 @@ def test_a_first_plans_traced_peak_preparing_the_tables_state_stays_within_the_c
     from tb_reduce_plugin.model import slices as slices_module
 
     if chunk is not None:
-        for module, name in ((reduction, "CHUNK_SLICES"), (reduction, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS")):
+        for module, name in ((shared, "CHUNK_SLICES"), (shared, "CHUNK_EVENTS"), (slices_module, "CHUNK_EVENTS")):
             monkeypatch.setattr(module, name, chunk)
     for kind, path in kinds.items():
         idx = index_file(path)
@@ -325,9 +331,9 @@ def test_level_0_within_a_limit_is_refused_exactly_when_it_keeps_more_events_tha
     t = idx.table
     for window in _windows(t):
         kept = len(plan(t, 0, *window).keep)
-        assert reduction.plan_within(t, 0, *window, max_keep=kept) is not None
-        assert kept == 0 or reduction.plan_within(t, 0, *window, max_keep=kept - 1) is None
-        assert reduction.plan_within(t, 2, *window, max_keep=0) is not None  # a limit for level 0 only
+        assert plan_module.plan_within(t, 0, *window, max_keep=kept) is not None
+        assert kept == 0 or plan_module.plan_within(t, 0, *window, max_keep=kept - 1) is None
+        assert plan_module.plan_within(t, 2, *window, max_keep=0) is not None  # a limit for level 0 only
 
 
 def test_a_query_or_steps_that_fit_the_budget_only_without_their_own_index_are_refused_not_busy(
@@ -371,7 +377,7 @@ def test_flows_leaving_a_window_are_found_by_one_flag_per_key_as_by_sorting_the_
             in_window = ~np.isnan(t.ts) & (t.ts >= d0 + a * w) & (t.ts <= d0 + b * w)
             flows = t.flow_key >= 0
             by_sort = np.flatnonzero(flows & np.isin(t.flow_key, np.unique(t.flow_key[flows & ~in_window])))
-            assert np.array_equal(reduction._flows_leaving(t, in_window), by_sort)
+            assert np.array_equal(flows_module._flows_leaving(t, in_window), by_sort)
             checked += len(by_sort)
     assert checked > 0
 
@@ -397,7 +403,7 @@ def test_making_the_window_index_stays_within_its_charge_and_a_plan_through_it_w
         charged = window_index.window_index_bytes(idx.table)
         tracemalloc.start()
         try:
-            reduction.prepare_window_index(idx.table)
+            plan_module.prepare_window_index(idx.table)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()

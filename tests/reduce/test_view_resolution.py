@@ -26,7 +26,7 @@ from recorded_profiles import record_big_xspace
 from werkzeug.test import Client
 
 from tb_reduce_plugin.reduce import pipeline
-from tb_reduce_plugin.reduce.reduction import MAX_RESOLUTION, RESOLUTION
+from tb_reduce_plugin.reduce.levels import MAX_RESOLUTION, RESOLUTION
 
 ROOT = TESTS.parent
 DEMO_JAX = ROOT / "demo_logdir" / "jax_mlp"

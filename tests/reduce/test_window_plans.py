@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin.index.prepared import Prepared, prepared_of
-from tb_reduce_plugin.reduce import reduction, window_index
-from tb_reduce_plugin.reduce.reduction import default_window, plan_within, slices_of
+from tb_reduce_plugin.reduce import flows, plan, shared, window_index
+from tb_reduce_plugin.reduce.plan import default_window, plan_within
+from tb_reduce_plugin.reduce.shared import slices_of
 
 
 def _same(a, b, what: str) -> None:
@@ -44,19 +45,19 @@ def _windows(t) -> list[tuple]:
 
 def _whole(t, *args, **kw):
     """The same plan by the whole-table path (as before the window index)."""
-    real = reduction.window_index
-    reduction.window_index = lambda t: None
+    real = plan.window_index
+    plan.window_index = lambda t: None
     try:
         return plan_within(t, *args, **kw)
     finally:
-        reduction.window_index = real
+        plan.window_index = real
 
 
 @pytest.fixture(autouse=True)
 def every_window_through_the_index(monkeypatch) -> None:
     """Every window planned through the window index, however wide (a server plans a wide
-    one by the whole-table pass: `reduction.WINDOW_PATH_SHARE`), so the two are compared."""
-    monkeypatch.setattr(reduction, "WINDOW_PATH_SHARE", float("inf"))
+    one by the whole-table pass: `plan.WINDOW_PATH_SHARE`), so the two are compared."""
+    monkeypatch.setattr(plan, "WINDOW_PATH_SHARE", float("inf"))
 
 
 def test_plans_of_a_window_from_the_window_index_are_those_of_the_whole_table(oracle_tables) -> None:
@@ -66,7 +67,7 @@ def test_plans_of_a_window_from_the_window_index_are_those_of_the_whole_table(or
     compared = 0
     views = ((0, None, None), (0, None, 50), (1, None, None), (2, 37, None), (3, None, None), (4, None, None))
     for k, (name, t) in enumerate(oracle_tables):
-        reduction.prepare_window_index(t)
+        plan.prepare_window_index(t)
         for v, window in enumerate(_windows(t)):
             if window[0] is not None and window[1] is not None and not window[1] - window[0] >= 1e-6:
                 continue
@@ -86,8 +87,8 @@ def test_the_window_index_made_in_chunks_finds_what_one_pass_finds(oracle_tables
         if chunk < 100 and len(t) > 5_000:
             continue
         sl = slices_of(t)
-        always = reduction._static(t, sl).always
-        binding = reduction._flow_binding(t, sl)
+        always = shared._static(t, sl).always
+        binding = flows._flow_binding(t, sl)
         whole = window_index.build_window_index(t, sl, always, binding)
         monkeypatch.setattr(window_index, "CHUNK_ROWS", chunk)
         chunked = window_index.build_window_index(t, sl, always, binding)
@@ -169,7 +170,7 @@ def test_flows_bound_to_a_long_slice_or_to_a_next_slice_far_away_are_kept_as_the
         events += [{"ph": "s", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 3, "ts": 1005 + 0.1 * i},
                    {"ph": "f", "id": i, "name": "h", "cat": "c", "pid": 1, "tid": 4, "ts": 50 + i}]
     t = index_file(write_trace(tmp_path / "flows.json.gz", events)).table
-    reduction.prepare_window_index(t)
+    plan.prepare_window_index(t)
     kept_any = 0
     for window in ((500.0, 510.0), (505.5, 506.0), (899.0, 904.0), (10.0, 12.0), (1001.0, 1002.0), (1001.0, 1010.0),
                    (0.0, 1000.0)):
@@ -203,7 +204,7 @@ def test_a_kept_window_index_that_names_rows_past_the_table_is_dropped_and_made_
     store.save(parsed)
     d0, d1 = default_window(parsed.table)
     window = (d0 + 0.2 * (d1 - d0), d0 + 0.6 * (d1 - d0))
-    reduction.prepare_window_index(parsed.table)
+    plan.prepare_window_index(parsed.table)
     expected = reduced(parsed, 2, window)
     assert parsed.prepared.window_index is not None and len(parsed.prepared.window_index.flow_event)
     assert store.save_prepared(parsed)
@@ -228,8 +229,8 @@ def test_plans_of_a_window_read_the_whole_table_until_the_window_index_is_prepar
     prepared_of(t).window_index = None
     d0, d1 = default_window(t)
     before = plan_within(t, 2, d0, (d0 + d1) / 2)
-    assert prepared_of(t).window_index is None and reduction.window_index(t) is None
-    assert reduction.prepare_window_index(t) is prepared_of(t).window_index is reduction.window_index(t)
+    assert prepared_of(t).window_index is None and plan.window_index(t) is None
+    assert plan.prepare_window_index(t) is prepared_of(t).window_index is plan.window_index(t)
     _same(plan_within(t, 2, d0, (d0 + d1) / 2), before, name)
 
 
@@ -272,7 +273,7 @@ def test_a_server_prepares_the_window_index_after_the_first_view_and_a_restart_z
 
     restarted = TraceService(str(logs), cache_dir=str(tmp_path / "cache"))
     rtf = restarted.trace_file("run", host)
-    assert restarted.on_index(rtf, lambda i: reduction.window_index(i.table) is not None)
+    assert restarted.on_index(rtf, lambda i: plan.window_index(i.table) is not None)
     zoom = restarted.reduction("run", host, 2, *window)
     assert zoom.stats["index"] == "stored"
     fresh = TraceService(str(logs), cache_dir=str(tmp_path / "fresh"))  # parses; its first plan: the whole table
@@ -321,7 +322,7 @@ def test_a_window_index_left_unmade_by_a_busy_budget_is_asked_again_by_the_next_
     assert len(calls) == 1 and service.on_index(tf, lambda i: i.prepared.window_index is None)
     service.reduction("run", host, 3, None, None)  # the next plan
     service.wait_saved()
-    assert len(calls) == 2 and service.on_index(tf, lambda i: reduction.window_index(i.table) is not None)
+    assert len(calls) == 2 and service.on_index(tf, lambda i: plan.window_index(i.table) is not None)
 
 
 def test_a_disk_that_fails_the_window_index_files_leaves_it_unmade_not_held_in_memory(tmp_path, monkeypatch) -> None:
@@ -366,17 +367,17 @@ def test_a_window_holding_more_than_a_share_of_the_rows_is_planned_by_the_whole_
     """Gathering most of a table row by row costs more than the chunked pass over it: a
     window whose rows (points and candidate slices, counted by search) are more than
     `WINDOW_PATH_SHARE` of the table's goes the whole-table way, with the same plan."""
-    monkeypatch.setattr(reduction, "WINDOW_PATH_SHARE", 0.125)
+    monkeypatch.setattr(plan, "WINDOW_PATH_SHARE", 0.125)
     name, t = max(oracle_tables, key=lambda nt: len(nt[1]))
-    reduction.prepare_window_index(t)
+    plan.prepare_window_index(t)
     wi = t.prepared.window_index
     d0, d1 = default_window(t)
     narrow, wide = (d0 + 0.5 * (d1 - d0), d0 + 0.5001 * (d1 - d0)), (d0 + 0.05 * (d1 - d0), d0 + 0.95 * (d1 - d0))
     sl = slices_of(t)
     assert wi.rows_within(t, sl, *narrow) <= 0.125 * len(t) < wi.rows_within(t, sl, *wide), name
     used = []
-    real = reduction._plan_window
-    monkeypatch.setattr(reduction, "_plan_window", lambda *a, **k: used.append(a[3:5]) or real(*a, **k))
+    real = plan._plan_window
+    monkeypatch.setattr(plan, "_plan_window", lambda *a, **k: used.append(a[3:5]) or real(*a, **k))
     for window in (narrow, wide):
         for level in (0, 2):
             _same(plan_within(t, level, *window), _whole(t, level, *window), f"{name} {window} level {level}")

@@ -19,7 +19,7 @@ from tb_reduce_plugin.formats import chrome_json
 from tb_reduce_plugin.formats.block_store import BlockStore
 from tb_reduce_plugin.formats.chrome_json import ChromeJsonEvents
 from tb_reduce_plugin.native import scanner_module
-from tb_reduce_plugin.reduce.reduction import default_window
+from tb_reduce_plugin.reduce.plan import default_window
 from tb_reduce_plugin.serve import service as service_module
 from tb_reduce_plugin.serve.service import TraceService
 

@@ -16,7 +16,7 @@ from steps_oracle import whole_derive
 
 from tb_reduce_plugin.model import slices as slices_module
 from tb_reduce_plugin.model import sorting
-from tb_reduce_plugin.reduce import reduction
+from tb_reduce_plugin.reduce import shared
 from tb_reduce_plugin.reduce.pipeline import derive_bytes, index_file
 from tb_reduce_plugin.waveforms import categories, steps
 from tb_reduce_plugin.waveforms.steps import derive
@@ -53,8 +53,8 @@ def tables() -> list:
 
 
 def small_chunks(monkeypatch, chunk: int) -> None:
-    for module, name in ((steps, "CHUNK_ROWS"), (categories, "CHUNK_ROWS"), (reduction, "CHUNK_EVENTS"),
-                         (reduction, "CHUNK_SLICES"), (slices_module, "CHUNK_EVENTS")):
+    for module, name in ((steps, "CHUNK_ROWS"), (categories, "CHUNK_ROWS"), (shared, "CHUNK_EVENTS"),
+                         (shared, "CHUNK_SLICES"), (slices_module, "CHUNK_EVENTS")):
         monkeypatch.setattr(module, name, chunk)
 
 
@@ -113,7 +113,7 @@ def test_derivings_traced_peak_stays_within_what_derive_bytes_charges(tmp_path, 
                 folder.mkdir()
                 idx.table.scratch = str(folder)
             if slices_first:
-                reduction.slices_of(idx.table)
+                shared.slices_of(idx.table)
             charged = derive_bytes(idx)
             tracemalloc.start()
             try:
