@@ -10,7 +10,7 @@
 
 export const PREFETCH_FACTOR = 3;
 export const ZOOM_REFETCH = 8;
-/** The bucket counts a `resolution` may ask for: the server's MAX_RESOLUTION (reduction.py) at most. */
+/** The bucket counts a `resolution` may ask for: the server's MAX_RESOLUTION (reduce/levels.py) at most. */
 export const MIN_RESOLUTION = 256;
 export const MAX_RESOLUTION = 1_000_000;
 
