@@ -1801,6 +1801,152 @@ done:
     return result;
 }
 
+/* ---- Summaries: where a track's small slices are cut into groups ------------------- */
+
+/* A time's bucket as `buckets._Buckets.clipped` counts it: the time clipped to [t0, t1],
+ * floor((t - t0) / theta), then at most the last bucket (r - 1) and at least 0. */
+static inline int64_t bucket_clipped(double t, double t0, double t1, double theta, int64_t r) {
+    double c = t < t0 ? t0 : (t > t1 ? t1 : t);
+    double b = floor((c - t0) / theta);
+    if (b < 0) b = 0;
+    if (b > (double)(r - 1)) b = (double)(r - 1);
+    return (int64_t)b;
+}
+
+/* Whether every value is finite and, with `sorted`, none below the one before. */
+static int finite_run(const double *v, Py_ssize_t n, int sorted) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) return 0;
+        if (sorted && i && v[i] < v[i - 1]) return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(fold_cuts_doc,
+"fold_cuts(start, end, bounds, t0, t1, theta, buckets, run_end, new, part) -> float | None\n\n"
+"One chunk of a track's small slices (float64 `start`, `end`, by start) as the fold cuts\n"
+"them (`reduce.fold_steps.fold_cuts`, its numpy twin, to the bit): with `prev`, the latest end\n"
+"before each slice (`run_end` carried from the chunk before, NaN for none: then slice 0\n"
+"opens a group), `new[i]` (uint8) says slice i opens a group: it starts at or after\n"
+"`prev` and an idle bucket (`_Buckets.clipped`) or a value of sorted `bounds` within\n"
+"[prev, start] lies between; `part[i]` (float64) is max(start, prev), where its busy time\n"
+"begins. Returns the latest end after the chunk, or None, changing nothing, when a time is\n"
+"not finite or `bounds` is not sorted (the caller takes the numpy path). Equal to numpy's\n"
+"bits but for the sign of a zero where two zeros meet (numpy's own maximum picks either\n"
+"by CPU); no bucket or busy sum it feeds can tell them apart.");
+
+static PyObject *fold_cuts(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bs, be, bb, bnew, bpart;
+    double t0, t1, theta, run_end;
+    long long r;
+    if (!PyArg_ParseTuple(args, "y*y*y*dddLdw*w*", &bs, &be, &bb, &t0, &t1, &theta, &r, &run_end, &bnew, &bpart))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bs.len / 8, m = bb.len / 8;
+    if (bs.len % 8 || bb.len % 8 || be.len != bs.len || bnew.len != n || bpart.len != bs.len || !(theta > 0) ||
+        !isfinite(t0) || !isfinite(t1) || r < 1 || n == 0) {
+        PyErr_SetString(PyExc_ValueError, "fold_cuts: arrays or window do not match");
+        goto done;
+    }
+    const double *ss = bs.buf, *se = be.buf, *bounds = bb.buf;
+    uint8_t *isnew = bnew.buf;
+    double *part = bpart.buf;
+    int has_run = !isnan(run_end), ok;
+    double pe = run_end;
+    Py_BEGIN_ALLOW_THREADS
+    ok = finite_run(ss, n, 0) && finite_run(se, n, 0) && finite_run(bounds, m, 1) && (!has_run || isfinite(run_end));
+    if (ok) {
+        Py_ssize_t j = 0, i = 0;  /* j: the first bound at or after `pe` (pe never decreases) */
+        if (!has_run) {
+            isnew[0] = 1;
+            part[0] = ss[0];
+            pe = se[0];
+            i = 1;
+        }
+        for (; i < n; i++) {
+            double c = ss[i];
+            int cut = 0;
+            if (c >= pe) {
+                if (bucket_clipped(c, t0, t1, theta, r) > bucket_clipped(pe, t0, t1, theta, r) + 1) {
+                    cut = 1;  /* an idle bucket between */
+                } else {
+                    while (j < m && bounds[j] < pe) j++;
+                    cut = j < m && bounds[j] <= c;  /* a kept boundary in [pe, c] */
+                }
+            }
+            isnew[i] = (uint8_t)cut;
+            part[i] = c > pe ? c : pe;  /* np.maximum(start, prev) */
+            if (!(pe > se[i])) pe = se[i];  /* np.maximum.accumulate */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (ok) {
+        result = PyFloat_FromDouble(pe);
+    } else {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+done:
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&bnew);
+    PyBuffer_Release(&bpart);
+    return result;
+}
+
+PyDoc_STRVAR(bounds_within_doc,
+"bounds_within(bounds, lo, hi, open, out) -> bool\n\n"
+"out[i] (uint8) = whether a value of sorted float64 `bounds` lies in (lo[i], hi[i]) (open)\n"
+"or [lo[i], hi[i]] (closed): `reduce.fold_steps.bound_between`'s numpy twin, to the bit. A\n"
+"search from where the one before ended while `lo` does not decrease (a track's slices by\n"
+"start), a binary search where it does. False, changing nothing, when a time is not finite\n"
+"or `bounds` is not sorted (the caller takes the numpy path).");
+
+static PyObject *bounds_within(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bb, blo, bhi, bout;
+    int open_interval, ok;
+    if (!PyArg_ParseTuple(args, "y*y*y*pw*", &bb, &blo, &bhi, &open_interval, &bout)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t m = bb.len / 8, n = blo.len / 8;
+    if (bb.len % 8 || blo.len % 8 || bhi.len != blo.len || bout.len != n) {
+        PyErr_SetString(PyExc_ValueError, "bounds_within: arrays do not match");
+        goto done;
+    }
+    const double *bounds = bb.buf, *lo = blo.buf, *hi = bhi.buf;
+    uint8_t *out = bout.buf;
+    Py_BEGIN_ALLOW_THREADS
+    ok = finite_run(bounds, m, 1) && finite_run(lo, n, 0) && finite_run(hi, n, 0);
+    if (ok) {
+        Py_ssize_t at = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double x = lo[i];
+            if (i && x < lo[i - 1]) {  /* back: search again from the start */
+                Py_ssize_t a = 0, b = m;
+                while (a < b) {
+                    Py_ssize_t mid = a + (b - a) / 2;
+                    if (open_interval ? bounds[mid] <= x : bounds[mid] < x) a = mid + 1;
+                    else b = mid;
+                }
+                at = a;
+            } else {
+                while (at < m && (open_interval ? bounds[at] <= x : bounds[at] < x)) at++;
+            }
+            out[i] = (uint8_t)(at < m && (open_interval ? bounds[at] < hi[i] : bounds[at] <= hi[i]));
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&blo);
+    PyBuffer_Release(&bhi);
+    PyBuffer_Release(&bout);
+    return result;
+}
+
 /* ---- XSpace: the fields of one message, without upb's tree ------------------------ */
 
 PyDoc_STRVAR(pb_fields_doc,
@@ -2123,6 +2269,8 @@ static PyObject *events_may_need_cut(PyObject *mod, PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
+    {"fold_cuts", fold_cuts, METH_VARARGS, fold_cuts_doc},
+    {"bounds_within", bounds_within, METH_VARARGS, bounds_within_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"pb_event_columns", pb_event_columns, METH_VARARGS, pb_event_columns_doc},

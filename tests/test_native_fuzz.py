@@ -236,6 +236,68 @@ def test_busy_time_per_bucket_is_the_same_to_the_bit_natively_and_in_numpy(monke
     assert not sums.any()
 
 
+def _cuts_case(rng: random.Random) -> tuple:
+    """A chunk of a track's small slices by start, its kept boundaries and a view's buckets:
+    times on bucket edges, on boundaries, equal to one another, zeros of either sign."""
+    t0 = rng.choice([0.0, -0.0, -5.0, 1e9])
+    r = rng.randint(1, 40)
+    theta = rng.choice([1.0, 0.37, 1e-3, 250.0])
+    t1 = t0 + theta * r
+    n = rng.randint(1, 60)
+    ss, se, t = [], [], t0 - theta * rng.random()
+    for _ in range(n):
+        t += theta * rng.choice([0.0, 0.0, 0.05, 0.5, 1.0, 2.0, 3.5]) * rng.random()
+        if rng.random() < 0.1:
+            t = t0 + theta * rng.randint(-1, r + 1)  # on an edge (or outside the window)
+        ss.append(t)
+        se.append(t + theta * rng.choice([0.0, 0.2, 0.99, 1.5]) * rng.random())
+    bounds = sorted({rng.choice(ss + se + [t0, t1]) if rng.random() < 0.5 else t0 + (t1 - t0) * rng.random()
+                     for _ in range(rng.randint(0, 8))})
+    if rng.random() < 0.2:
+        ss[rng.randrange(n)] = -0.0 if rng.random() < 0.5 else 0.0
+    run_end = None if rng.random() < 0.4 else rng.choice(se) + theta * rng.choice([0.0, -0.5, 0.5, 3.0])
+    return np.asarray(ss), np.asarray(se), np.asarray(bounds, dtype=np.float64), t0, t1, r, run_end
+
+
+def test_where_the_fold_cuts_is_the_same_to_the_bit_natively_and_in_numpy(monkeypatch) -> None:
+    """`fold_steps.fold_cuts` and `bound_between` with the native walks against their numpy
+    twins, on random chunks for a share of the fuzzing budget (starts going back too, for
+    `bound_between`'s searches); what the walks refuse (a time that is not finite, bounds
+    out of order) goes the numpy way, changing nothing first. The plans both give are
+    compared whole, byte for byte, by the suites that plan real traces either way."""
+    from tb_reduce_plugin.reduce import fold_steps
+    from tb_reduce_plugin.reduce.buckets import _Buckets
+
+    seed = int(os.environ.get("TB_REDUCE_FUZZ_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    deadline = time.monotonic() + max(1.0, BUDGET_S / 6)
+    cases = 0
+    while time.monotonic() < deadline or cases < 300:
+        ss, se, bounds, t0, t1, r, run_end = _cuts_case(rng)
+        bk = _Buckets(t0, t1, r)
+        lo = ss if rng.random() < 0.5 else np.asarray(rng.sample(list(ss), len(ss)))
+        open_interval = rng.random() < 0.5
+        got = []
+        for mode in ("1", "0"):
+            monkeypatch.setenv("TB_REDUCE_NATIVE", mode)
+            new, part, end = fold_steps.fold_cuts(ss, se, bounds, bk, run_end)
+            got.append((new.tobytes(), part, end, fold_steps.bound_between(bounds, lo, se, open_interval).tobytes()))
+        (new_a, part_a, end_a, within_a), (new_b, part_b, end_b, within_b) = got
+        # Values equal; bits too but for a zero's sign where zeros meet (numpy's maximum picks
+        # either zero by CPU, and no bucket or busy sum tells them apart).
+        assert new_a == new_b and within_a == within_b and end_a == end_b, (seed, cases)
+        assert np.array_equal(part_a, part_b) and bool(((part_a.view(np.int64) == part_b.view(np.int64))
+                                                        | (part_a == 0)).all()), (seed, cases)
+        cases += 1
+    monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+    mod = native_module.scanner_module()
+    new, part = np.zeros(2, dtype=np.uint8), np.zeros(2)
+    for ss, bounds in ((np.array([0.0, np.nan]), np.zeros(0)), (np.array([0.0, 1.0]), np.array([2.0, 1.0]))):
+        assert mod.fold_cuts(ss, ss + 1, bounds, 0.0, 4.0, 1.0, 4, np.nan, new, part) is None
+        assert not mod.bounds_within(bounds, ss, ss + 1, True, new)
+    assert not new.any() and not part.any()
+
+
 def test_mutated_real_events_are_left_to_python_or_have_nothing_to_cut_at_level_2() -> None:
     """`args_may_need_cut` on real events mutated: False only for an event Python reads,
     whose args hold nothing level 2 cuts (so writing its bytes unchanged is right)."""

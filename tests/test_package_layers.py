@@ -24,13 +24,15 @@ FORBIDDEN = {
 
 # Within reduce/: the plan (`plan.py`) applies the rules of each kind of event, which sit below
 # it and import neither it nor one another (`summaries`, `points`, `flows`); what they share of
-# a table (`shared`) and the view's bucket grid (`buckets`) sit below them all.
+# a table (`shared`), the view's bucket grid (`buckets`) and the fold's per-slice steps
+# (`fold_steps`) sit below them all.
 REDUCE_FORBIDDEN = {
     "summaries.py": {"plan", "points", "flows"},
     "points.py": {"plan", "summaries", "flows"},
     "flows.py": {"plan", "summaries", "points"},
     "shared.py": {"plan", "summaries", "points", "flows", "buckets"},
     "buckets.py": {"plan", "summaries", "points", "flows", "shared"},
+    "fold_steps.py": {"plan", "summaries", "points", "flows", "shared", "buckets"},
 }
 
 

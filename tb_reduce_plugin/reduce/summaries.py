@@ -25,6 +25,7 @@ from ..scan_pieces import usable_cores
 from . import shared
 from .buckets import _Buckets
 from .busy import digits_of, group_busy
+from .fold_steps import bound_between, fold_cuts, name_counts
 
 TOP_NAMES = 5
 Grow = Callable[[int], None]
@@ -159,7 +160,7 @@ def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:
         parts = []
         for idx in chunks():
             cand = idx[~kept[idx]]
-            straddle = cand[_bound_between(bounds, sl.start[cand], sl.end[cand], open_interval=True)]
+            straddle = cand[bound_between(bounds, sl.start[cand], sl.end[cand], open_interval=True)]
             if len(straddle):
                 parts += [sl.start[straddle], sl.end[straddle]]
                 kept[straddle] = True
@@ -265,20 +266,8 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
             continue
         track = int(sl.track[small[0]])
         ss, se = sl.start[small], sl.end[small]
-        new = np.ones(len(small), dtype=bool)
-        if run_end is None:
-            prev_end, cand, at = np.maximum.accumulate(se)[:-1], ss[1:], 1
-        else:
-            prev_end, cand, at = np.maximum.accumulate(np.concatenate(([run_end], se)))[:-1], ss, 0
-        new[at:] = (cand >= prev_end) & (
-            (bk.clipped(cand) > bk.clipped(prev_end) + 1)  # an idle bucket between
-            | _bound_between(bounds, prev_end, cand, open_interval=False)  # a kept boundary
-        )
-        del cand
-        part = ss.copy()  # what each adds to the busy time: from its start or the latest end before it
-        np.maximum(part[at:], prev_end, out=part[at:])
-        del prev_end
-        run_end = float(se.max()) if run_end is None else max(run_end, float(se.max()))
+        # which open a summary, and where each one's busy time begins (`fold_steps.fold_cuts`)
+        new, part, run_end = fold_cuts(ss, se, bounds, bk, run_end)
         first = new.copy()
         first[0] = True
         seg = np.flatnonzero(first)  # this chunk's parts of summaries; the first may go on the open one
@@ -296,11 +285,8 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
                                    bk.r - 1)
         del part
         span = busy_last - busy_first + 1
-        nm = sl.name[small].astype(np.int64)
-        nn = int(nm.max()) + 1
-        combo, cnt = np.unique(group * nn + nm, return_counts=True)
-        g, nm = combo // nn, combo % nn
-        del combo, group
+        g, nm, cnt = name_counts(group, sl.name[small].astype(np.int64))
+        del group
         if not new[0]:  # the chunk goes on with the open summary
             head = g == 0
             names, inv = np.unique(np.concatenate((grp.names, nm[head])), return_inverse=True)
@@ -338,20 +324,6 @@ def _track_runs(track: np.ndarray, slice_order: np.ndarray, chunk: int = 1 << 20
         cuts.extend((np.flatnonzero(trk[1:] != trk[:-1]) + 1 + lo).tolist())
     cuts.append(len(slice_order))
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-
-
-def _bound_between(bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray, open_interval: bool) -> np.ndarray:
-    """Whether some value of sorted `bounds` lies in (lo, hi) (open) or [lo, hi] (closed).
-
-    One binary search per element: the first bound past `lo` (at or past it, when
-    closed), then one comparison with `hi`.
-    """
-    if len(bounds) == 0:
-        return np.zeros(len(lo), dtype=bool)
-    at = np.searchsorted(bounds, lo, "right" if open_interval else "left")
-    inside = at < len(bounds)
-    first = bounds[np.minimum(at, len(bounds) - 1)]
-    return inside & ((first < hi) if open_interval else (first <= hi))
 
 
 def _top_of_counts(g: np.ndarray, name: np.ndarray, count: np.ndarray, rank: np.ndarray,

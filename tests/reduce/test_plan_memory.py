@@ -24,6 +24,7 @@ from tb_reduce_plugin.reduce import flows as flows_module
 from tb_reduce_plugin.reduce import plan as plan_module
 from tb_reduce_plugin.reduce import shared
 from tb_reduce_plugin.reduce import summaries as summaries_module
+from tb_reduce_plugin.reduce.fold_steps import bound_between
 from tb_reduce_plugin.reduce.pipeline import (
     PLAN_BYTES_PER_CHUNK_EVENT,
     PLAN_BYTES_PER_CHUNK_SLICE,
@@ -55,7 +56,7 @@ def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, 
         s, e, k = sl.start[idx], sl.end[idx], kept[idx]
         while True:
             bounds = np.unique(np.concatenate((s[k], e[k])))
-            straddle = ~k & summaries_module._bound_between(bounds, s, e, open_interval=True)
+            straddle = ~k & bound_between(bounds, s, e, open_interval=True)
             if not straddle.any():
                 break
             k |= straddle
@@ -67,7 +68,7 @@ def _whole_track_fold(sl, overlaps, bk, rank, slice_order) -> tuple[np.ndarray, 
         prev_end = np.maximum.accumulate(se)[:-1]
         new = np.ones(len(small), dtype=bool)
         new[1:] = (ss[1:] >= prev_end) & ((bk.clipped(ss[1:]) > bk.clipped(prev_end) + 1)
-                                          | summaries_module._bound_between(bounds, prev_end, ss[1:], open_interval=False))
+                                          | bound_between(bounds, prev_end, ss[1:], open_interval=False))
         heads = np.flatnonzero(new)
         out_track.append(np.full(len(heads), sl.track[idx[0]], dtype=np.int32))
         out_start.append(ss[heads])
