@@ -14,7 +14,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path[:0] = [str(TESTS / "reduce"), str(TESTS)]  # the oracle's module, and the helpers it imports
 
 from test_plan_memory import _whole_track_fold  # noqa: E402
 
