@@ -1825,7 +1825,7 @@ static int finite_run(const double *v, Py_ssize_t n, int sorted) {
 PyDoc_STRVAR(fold_cuts_doc,
 "fold_cuts(start, end, bounds, t0, t1, theta, buckets, run_end, new, part) -> float | None\n\n"
 "One chunk of a track's small slices (float64 `start`, `end`, by start) as the fold cuts\n"
-"them (`reduce.fold_steps.fold_cuts`, its numpy twin, to the bit): with `prev`, the latest end\n"
+"them (`reduce.fold_steps.fold_cuts`, its numpy twin): with `prev`, the latest end\n"
 "before each slice (`run_end` carried from the chunk before, NaN for none: then slice 0\n"
 "opens a group), `new[i]` (uint8) says slice i opens a group: it starts at or after\n"
 "`prev` and an idle bucket (`_Buckets.clipped`) or a value of sorted `bounds` within\n"
