@@ -25,8 +25,9 @@ def test_plans_of_real_traces_are_the_same_with_the_native_steps_and_with_numpy(
                                                                                 monkeypatch) -> None:
     compared = 0
     for name, t in oracle_tables:
+        monkeypatch.setenv("TB_REDUCE_NATIVE", "1")  # native steps, also where the suite runs pure
         native = _plans(t)
-        monkeypatch.setattr(fold_steps, "scanner_module", lambda: None)
+        monkeypatch.setattr(fold_steps, "scanner_module", lambda: None)  # the steps' numpy twins only
         twin = _plans(t)
         monkeypatch.undo()
         for a, b in zip(native, twin):
