@@ -898,8 +898,11 @@ class StoreIndexer:
         """Keep what was prepared on the indexes given so far, and let go of them."""
         given, self._given = self._given, []
         for index in given:
-            if self.store.can_keep_prepared(index):
-                self.store.save_prepared(index)
+            ready = index.prepared.ready_fields()
+            if ready <= index.prepared_kept or not self.store.can_keep_prepared(index):
+                continue  # nothing new since it was reopened or kept (as the server decides)
+            index.prepared_kept = index.prepared_kept | ready
+            self.store.save_prepared(index)
 
 
 def parse_spilling(store: Optional[IndexStore], path: str, *, account: Optional[Account] = None,
