@@ -4,8 +4,10 @@ TensorBoard's own WSGI app (as TensorBoard's tests do it)."""
 from __future__ import annotations
 
 import argparse
+import collections
 import gzip
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -91,11 +93,35 @@ def client(plugin: TraceReducePlugin) -> Client:
     return Client(application.TensorBoardWSGI([plugin]))
 
 
+class _ServerTracebacks(logging.Handler):
+    """The tracebacks the plugin logs with each 500 it answers (`plugin._failure`), the
+    latest few: a test that meets a 500 then fails saying why, at the top of its report
+    (a long diff of bodies can push a captured log out of what CI shows)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.latest: collections.deque[str] = collections.deque(maxlen=4)
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.latest.append(self.format(record))
+
+
+SERVER_TRACEBACKS = _ServerTracebacks()
+logging.getLogger("tb_reduce_plugin.serve.plugin").addHandler(SERVER_TRACEBACKS)
+
+
 def get(c: Client, route: str, gz: bool = False, headers: dict[str, str] | None = None, **params: Any) -> TestResponse:
+    """A GET of a plugin route; an internal error (500, which no route may answer) fails
+    the test at once with the server's traceback."""
     h = dict(headers or {})
     if gz:
         h["Accept-Encoding"] = "gzip"
-    return c.get(ROUTE + route, query_string={k: str(v) for k, v in params.items()}, headers=h)
+    SERVER_TRACEBACKS.latest.clear()
+    resp = c.get(ROUTE + route, query_string={k: str(v) for k, v in params.items()}, headers=h)
+    if resp.status_code == 500:
+        raise AssertionError(f"{route} answered 500; the server logged:\n" + "\n".join(SERVER_TRACEBACKS.latest))
+    return resp
 
 
 def body_json(resp: TestResponse) -> Any:
