@@ -93,7 +93,7 @@ import numpy as np
 
 from ..errors import BadQuery, TraceError
 from ..model.table import EventTable
-from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_query, name_text
+from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_regex, name_text
 from ..reduce.shared import slices_of
 from ..waveforms.categories import device_tracks
 from ..waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive
@@ -109,7 +109,6 @@ DEFAULT_TRIGGERS = ("step:2x", "stall:250ms")
 DEFAULT_MAX_PER_HOUR = 6
 DEFAULT_COOLDOWN_S = 60.0
 _CHUNK_POINTS = 4_000_000  # stall: points handled per vectorised pass (bounds memory on overlapping steps)
-_REPEAT = re.compile(r"\{(\d+(?:,\d*)?)\}")  # {n}, {n,}, {n,m}: repetition counts, as RE2 writes them
 REASON_NAME_CHARS = 200  # of a slice's name in a firing's reason (a name may be megabytes long)
 
 STEP, STALL, NAME = "step", "stall", "name"
@@ -335,26 +334,14 @@ def parse_trigger(spec: str) -> Trigger:
 
 
 def _compile(spec: str, pattern: str) -> NameQuery:
-    """`pattern` compiled by RE2 as the search route compiles a regex query (see the module docstring)."""
+    """`pattern` compiled by RE2 as the search route compiles a regex query (`compile_regex`)."""
     if len(pattern) > MAX_QUERY_CHARS:
         raise TriggerError(f"trigger {spec[:40]!r}…: the regular expression is {len(pattern):,} characters long; "
                            f"at most {MAX_QUERY_CHARS:,} are taken")
     try:
-        query = compile_query(pattern, regex=True)
+        return compile_regex(pattern)
     except BadQuery as exc:
         raise TriggerError(f"trigger {spec!r}: {exc}") from None
-    # RE2 reads a repetition count too big for an int (`a{99999999999}`) as literal text, though
-    # it refuses `a{1001}`: compiled with such counts cut to 1001, a pattern that fails meant them
-    # as a repetition (escaped or in a class, `{...}` stays literal and the probe compiles).
-    probe = _REPEAT.sub(lambda m: "{" + ",".join(n if len(n) <= 4 else "1001" for n in m.group(1).split(",")) + "}",
-                        pattern)
-    if probe != pattern:
-        try:
-            compile_query(probe, regex=True)
-        except BadQuery:
-            raise TriggerError(f"trigger {spec!r}: not a regular expression RE2 takes: a repetition count is over "
-                               f"1000 (RE2's limit)") from None
-    return query
 
 
 def _duration_us(spec: str, text: str) -> float:

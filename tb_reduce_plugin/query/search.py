@@ -18,6 +18,7 @@ What is searched, and the exact rules: docs/SEMANTICS.md, "Search and range stat
 from __future__ import annotations
 
 import json
+import re
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -139,6 +140,29 @@ def compile_query(q: Any, regex: bool = False, icase: bool = False) -> NameQuery
         raise BadQuery(f"not a regular expression RE2 takes: {reason} (RE2 syntax: no backreferences "
                        f"or look-around)") from None
     return NameQuery(q, regex, icase, None, _re2_hit(compiled))
+
+
+# {n}, {n,}, {n,m}: repetition counts, as RE2 writes them (`compile_regex`).
+_REPEAT = re.compile(r"\{(\d+(?:,\d*)?)\}")
+
+
+def compile_regex(pattern: str) -> NameQuery:
+    """A regular expression a user names names by on the command line (a live trigger's
+    `name:REGEX:…`, a gate's `--fail-if name:REGEX:…`): compiled by RE2 as the search
+    route compiles a regex query, and refused (`BadQuery`) where RE2 would quietly read it
+    otherwise than meant. RE2 reads a repetition count too big for an int
+    (`a{99999999999}`) as literal text, though it refuses `a{1001}`: compiled with such
+    counts cut to 1001, a pattern that fails meant them as a repetition (escaped or in a
+    class, `{...}` stays literal and the probe compiles)."""
+    query = compile_query(pattern, regex=True)
+    probe = _REPEAT.sub(lambda m: "{" + ",".join(n if len(n) <= 4 else "1001" for n in m.group(1).split(",")) + "}",
+                        pattern)
+    if probe != pattern:
+        try:
+            compile_query(probe, regex=True)
+        except BadQuery:
+            raise BadQuery("not a regular expression RE2 takes: a repetition count is over 1000 (RE2's limit)") from None
+    return query
 
 
 def _re2_hit(compiled: Any) -> Callable[[bytes], bool]:
