@@ -209,6 +209,70 @@ def _cmd_waveforms(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_REGRESSION = 1
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from .compare.files import diff_files
+    from .compare.gate import parse_condition
+    from .compare.report import CSV_HEADER, csv_rows, table_text
+
+    conditions = [parse_condition(spec) for spec in args.fail_if or ()]
+    indexer = _indexer(args)
+    doc, verdicts = diff_files(args.base, args.candidate, args.steps, conditions,
+                               max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
+                               max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
+    _keep_prepared(indexer)
+    try:
+        if args.format == "json":
+            doc["gate"] = [v.to_json() for v in verdicts]
+            sys.stdout.write(json.dumps(_finite(doc), allow_nan=False) + "\n")
+        elif args.format == "csv":
+            out = csv.writer(sys.stdout, lineterminator="\n")
+            out.writerow(CSV_HEADER)
+            out.writerows(_finite(csv_rows(doc)))
+        else:
+            sys.stdout.write(table_text(doc, args.limit))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted; the gate's answer still stands
+        _stdout_gone()
+    for v in verdicts:
+        print(f"tb-reduce: {v.line}", file=sys.stderr)
+    failed = sum(v.failed for v in verdicts)
+    if failed:
+        print(f"tb-reduce: {failed} of {len(verdicts)} conditions failed", file=sys.stderr)
+        return EXIT_REGRESSION
+    return 0
+
+
+def _stdout_gone() -> None:
+    """Standard output closed by its reader: what is still written to it goes nowhere
+    (else Python reports the broken pipe again as it exits)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _step_range(text: str) -> Any:
+    from .compare.steps import parse_step_range
+
+    try:
+        return parse_step_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _condition(text: str) -> str:
+    """`--fail-if`: checked when parsed (a bad spec is argparse's one line, exit 2)."""
+    from .compare.gate import parse_condition
+
+    try:
+        parse_condition(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _json_number(x: float) -> Any:
     """A float for strict JSON: non-finite ones as the strings JavaScript's `Number()` reads."""
     if math.isfinite(x):
@@ -481,6 +545,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add a smoothed column, weight W from 0 to 1 (TensorBoard's default is 0.6)")
     s.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
     s.set_defaults(func=_cmd_scalars)
+    d = sub.add_parser(
+        "diff", help="compare two traces: what got slower, and a regression gate for CI",
+        description="Compare CANDIDATE with BASE: each per-step series (step time, busy time per category, "
+                    "unaccounted time) as median, p90 and slowest step over the chosen steps, and every name's "
+                    "count, self and wall time (a step, where both traces have steps; else in all), exact from "
+                    "every event, largest change in self time first. With --fail-if, a regression gate: exit 1 "
+                    "when a condition fails (one line each on stderr), 0 when all pass, 2 on bad input. Medians "
+                    "over the steps are compared, so a slow step is not a regression.")
+    d.add_argument("base", help="the baseline trace (any format tb-reduce reads)")
+    d.add_argument("candidate", help="the trace compared with it")
+    d.add_argument("--steps", type=_step_range, default=None, metavar="FIRST:LAST",
+                   help="only these step numbers, both included, in each trace (e.g. 10:50, 10: or :50)")
+    d.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="output on stdout (default table)")
+    d.add_argument("--limit", type=_positive, default=25, help="names shown in the table (default 25; CSV and JSON "
+                                                               "hold every name)")
+    d.add_argument("--fail-if", action="append", type=_condition, default=None, metavar="CONDITION",
+                   help="step_time:+5%%, a series like unaccounted:+2ms, or name:REGEX:self|wall|count:+10%% "
+                        "(REGEX in RE2 syntax; repeatable): exit 1 when the candidate's median exceeds the base's "
+                        "by more")
+    _add_limits(d)
+    d.set_defaults(func=_cmd_diff)
     v = sub.add_parser(
         "live", help="the live sidecar: reduce trace windows as they land, keep raw ones around anomalies",
         description="Every trace file that lands under --watch (any profiler) is reduced into LOGDIR/live/<time>-<seq>/ "

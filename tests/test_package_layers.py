@@ -19,6 +19,7 @@ FORBIDDEN = {
     "index": {"serve", "live", "multihost", "profile_tab", "cli"},
     "query": {"serve", "live", "multihost", "profile_tab", "cli"},
     "waveforms": {"serve", "live", "multihost", "profile_tab", "cli"},
+    "compare": {"serve", "live", "multihost", "profile_tab", "cli"},
     "live": {"serve", "multihost", "profile_tab"},
 }
 

@@ -92,7 +92,7 @@ def _track_mask(t: EventTable, pid: Optional[str], tid: Optional[str]) -> Option
 
 
 def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[float] = None,
-              pid: Optional[str] = None, tid: Optional[str] = None, limit: int = DEFAULT_LIMIT,
+              pid: Optional[str] = None, tid: Optional[str] = None, limit: Optional[int] = DEFAULT_LIMIT,
               chunk: Optional[int] = None) -> dict:
     """Per-name statistics of the slices overlapping [start_us, end_us] (all, when absent).
 
@@ -103,7 +103,7 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
     (its children's time) kept in a scratch file when the trace's columns are. Sums are added in slice order, one
     slice at a time (`np.add.at`), so they do not depend on the chunk.
     """
-    window = check_aggregate(start_us, end_us, pid, tid, limit)
+    window = check_aggregate(start_us, end_us, pid, tid, DEFAULT_LIMIT if limit is None else limit)
     tracks = _track_mask(t, pid, tid)
     sl = slices_of(t)
     parent = parents_of(t)
@@ -144,6 +144,8 @@ def aggregate(t: EventTable, start_us: Optional[float] = None, end_us: Optional[
     present = np.flatnonzero(count)
     rank = name_rank(t)
     present = present[np.lexsort((rank[present], -count[present], -wall_sum[present]))]
+    if limit is None:
+        limit = len(present)
     shown, rest = present[:limit], present[limit:]
     rows = [{
         "name": name_text(t.names[n]),

@@ -1,0 +1,192 @@
+"""`tb-reduce diff BASE CANDIDATE`: what got slower, ranked, and the regression gate's exit
+codes — on real PyTorch runs of one training loop (tests/fixtures/make_compare_traces.py:
+a base run, a rerun of it, a run with an extra matmul a step, a run that sleeps in its
+data loading), run as a real process the way the README shows it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from tb_reduce_plugin.cli import main
+
+RUNS = ROOT / "tests" / "fixtures" / "compare"
+BASE, RERUN = RUNS / "base.pt.trace.json.gz", RUNS / "rerun.pt.trace.json.gz"
+SLOW_MATMUL, SLOW_LOADER = RUNS / "slow_matmul.pt.trace.json.gz", RUNS / "slow_loader.pt.trace.json.gz"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "diff", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def as_json(*args: str, code: int = 0) -> tuple[dict, str]:
+    r = run(*args, "--format", "json")
+    assert r.returncode == code, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+def work(doc: dict) -> list[dict]:
+    """The rows of names of work (markers aside)."""
+    return [r for r in doc["names"] if not r["marker"]]
+
+
+def test_an_extra_matmul_a_step_is_the_first_name_and_the_step_time_doubles() -> None:
+    doc, _ = as_json(str(BASE), str(SLOW_MATMUL))
+    assert doc["per_step"] and doc["base"]["steps"] == doc["candidate"]["steps"] == 12
+    top = work(doc)[0]
+    assert top["name"] == "aten::mm" and top["delta_self_us"] > 3000, top
+    step = next(r for r in doc["series"] if r["series"] == "step_time")
+    assert step["ratio"] > 1.5 and step["base"]["steps"] == step["candidate"]["steps"] == 12
+    compute = next(r for r in doc["series"] if r["series"] == "compute")
+    assert compute["delta_ms"] > 0.8 * step["delta_ms"]  # the matmul is compute: the category says so too
+
+
+def test_a_sleep_in_the_data_loading_shows_as_unaccounted_time_and_its_annotation_heads_the_names() -> None:
+    doc, _ = as_json(str(BASE), str(SLOW_LOADER))
+    series = {r["series"]: r for r in doc["series"]}
+    assert series["unaccounted"]["delta_ms"] > 10  # 15 ms of sleep a step, no op
+    assert series["compute"]["delta_ms"] < 0.3 * series["unaccounted"]["delta_ms"]
+    assert work(doc)[0]["name"] == "data"  # the record_function the sleep is in
+
+
+def test_the_gate_fails_the_slowed_runs_and_passes_a_rerun_of_the_baseline() -> None:
+    gate = ["--fail-if", "step_time:+10%", "--fail-if", "name:^aten::mm$:self:+25%"]
+    slowed = run(str(BASE), str(SLOW_MATMUL), *gate)
+    assert slowed.returncode == 1, slowed.stderr
+    fails = [line for line in slowed.stderr.splitlines() if "FAIL" in line]
+    assert len(fails) == 2 and "step_time" in fails[0] and "12 and 12 steps" in fails[0], slowed.stderr
+    assert "2 of 2 conditions failed" in slowed.stderr
+    loader = run(str(BASE), str(SLOW_LOADER), "--fail-if", "unaccounted:+2ms", "--fail-if", "name:^aten::mm$:self:+25%")
+    assert loader.returncode == 1 and "FAIL unaccounted" in loader.stderr and "pass name:^aten::mm$" in loader.stderr
+    rerun = run(str(BASE), str(RERUN), *gate)
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stderr.count("pass ") == 2 and "FAIL" not in rerun.stderr
+
+
+def test_a_trace_compared_with_itself_changes_nothing_and_passes_a_zero_margin() -> None:
+    doc, err = as_json(str(BASE), str(BASE), "--fail-if", "step_time:+0%", "--fail-if", "name:.:count:+0")
+    assert all(r["delta_self_us"] == 0 and r["only_in"] is None for r in doc["names"])
+    assert all(r["delta_ms"] == 0 for r in doc["series"])
+    assert [g["failed"] for g in doc["gate"]] == [False, False], err
+    assert doc["base"]["trace"] == doc["candidate"]["trace"] == str(BASE)  # one file name twice: named by path
+
+
+def test_step_ranges_choose_the_same_step_numbers_in_both_runs_and_the_table_is_exact_over_them() -> None:
+    from tb_reduce_plugin.query.aggregate import aggregate
+    from tb_reduce_plugin.reduce.pipeline import index_file
+    from tb_reduce_plugin.waveforms.steps import derive
+
+    doc, _ = as_json(str(BASE), str(SLOW_MATMUL), "--steps", "5:8")
+    assert doc["base"]["steps"] == doc["candidate"]["steps"] == 4
+    assert (doc["base"]["first_step"], doc["base"]["last_step"]) == (5, 8)
+    t = index_file(BASE).table
+    s = derive(t)
+    lo, hi = doc["base"]["window_us"]
+    chosen = (s.step >= 5) & (s.step <= 8)
+    assert lo == s.start_us[chosen].min() and hi == s.end_us[chosen].max()
+    want = {r["name"]: r for r in aggregate(t, lo, hi, limit=None)["rows"]}
+    got = {r["name"]: r["base"] for r in doc["names"] if r["base"] is not None and not r["marker"]}
+    assert set(got) <= set(want) and len(got) > 20
+    for name, row in got.items():  # per step: the range table's sums over the 4 steps, divided by 4
+        assert row["count"] * 4 == pytest.approx(want[name]["count"])
+        assert row["self_us"] * 4 == pytest.approx(want[name]["self_us"])
+        assert row["max_us"] == want[name]["max_us"]
+
+
+def test_the_table_names_both_runs_their_steps_and_the_names_that_changed_most() -> None:
+    r = run(str(BASE), str(SLOW_MATMUL), "--limit", "5")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("base:") and "12 steps (ProfilerStep#N), 2 to 13" in lines[0]
+    assert lines[1].startswith("candidate:") and "slow_matmul" in lines[1]
+    assert any(line.startswith("step_time") for line in lines)
+    names = lines.index(next(line for line in lines if line.startswith("names, a step")))
+    assert "(5 of" in lines[names]
+    assert lines[names + 3].startswith("aten::mm ")
+
+
+def test_csv_holds_every_series_and_every_name() -> None:
+    r = run(str(BASE), str(SLOW_MATMUL), "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(",") for line in r.stdout.splitlines()]
+    assert rows[0][:5] == ["kind", "name", "unit", "base", "candidate"]
+    kinds = [row[0] for row in rows[1:]]
+    doc, _ = as_json(str(BASE), str(SLOW_MATMUL))
+    assert kinds.count("series") == len(doc["series"]) and kinds.count("name") == len(doc["names"])
+
+
+def test_a_run_without_steps_is_compared_in_all_and_a_step_condition_on_it_is_bad_input(tmp_path: Path) -> None:
+    stepless = tmp_path / "stepless.json"
+    events = json.loads(gzip.decompress(BASE.read_bytes()))
+    events["traceEvents"] = [e for e in events["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    stepless.write_text(json.dumps(events))
+    doc, _ = as_json(str(BASE), str(stepless))
+    assert not doc["per_step"] and doc["candidate"]["steps"] == 0 and "no step markers" in doc["candidate"]["no_steps"]
+    r = run(str(BASE), str(stepless), "--fail-if", "step_time:+5%")
+    assert r.returncode == 2 and "stepless.json has no steps" in r.stderr, r.stderr
+    r = run(str(BASE), str(stepless), "--fail-if", "name:^aten::mm$:self:+5%")
+    assert r.returncode == 0 and "totals over the whole traces" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--fail-if", "step_time:5%"], "not +N%"),
+    (["--fail-if", "step_time:+5"], "unit"),
+    (["--fail-if", "name:(a)\\1:self:+5%"], "RE2"),
+    (["--fail-if", "name:a{99999999999}:self:+5%"], "over 1000"),
+    (["--fail-if", "name:aten::mm:cycles:+5%"], "self|wall|count"),
+    (["--fail-if", "name::self:+5%"], "empty"),
+    (["--fail-if", "no_such_series:+5%"], "neither trace has a series 'no_such_series'"),
+    (["--fail-if", "name:^no such op$:self:+5%"], "matches no slice in either trace"),
+    (["--steps", "9:3"], "empty"),
+    (["--steps", "400:500"], "no step numbered in 400:500"),
+    (["--max-memory-mb", "1"], "--max-memory-mb"),
+])
+def test_bad_input_exits_2_with_one_line_saying_what_is_wrong(args: list[str], says: str) -> None:
+    r = run(str(BASE), str(SLOW_MATMUL), *args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_missing_empty_and_damaged_traces_are_bad_input(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"traceEvents": []}')
+    damaged = tmp_path / "damaged.pt.trace.json.gz"
+    damaged.write_bytes(BASE.read_bytes()[:5000])
+    for other, says in ((tmp_path / "missing.json", "missing.json"), (damaged, "damaged")):
+        r = run(str(BASE), str(other))
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    doc, _ = as_json(str(BASE), str(empty))  # an empty trace compares: every name is only in the base
+    assert doc["names"] and all(r["only_in"] == "base" for r in doc["names"])
+
+
+def test_the_gate_answers_when_its_output_is_cut_short(capsys) -> None:
+    """`tb-reduce diff … | head`: the exit code is still the gate's."""
+    r = subprocess.run(f"{sys.executable} -m tb_reduce_plugin diff {BASE} {SLOW_MATMUL} --fail-if step_time:+10% "
+                       f"--format csv | head -1; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1 and "FAIL step_time" in r.stderr and "Broken pipe" not in r.stderr, r.stderr
+    assert main(["diff", str(BASE), str(RERUN), "--fail-if", "step_time:+10%"]) == 0
+    assert "pass step_time" in capsys.readouterr().err
+
+
+def test_the_readme_gate_runs_as_written_and_fails_a_slowed_change(tmp_path: Path) -> None:
+    """README, "Compare two runs": its command, exactly, on a baseline and a slowed run laid
+    out as it shows them; then on a rerun of the baseline, which passes."""
+    readme = (ROOT / "README.md").read_text()
+    at = readme.index("tb-reduce diff runs/main/")
+    command = readme[at:readme.index("```", at)].replace("\\\n", " ").strip()
+    for candidate, code in ((SLOW_MATMUL, 1), (RERUN, 0)):
+        for d, src in (("main", BASE), ("pr", candidate)):
+            (tmp_path / "runs" / d).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "runs" / d / "worker0.1.pt.trace.json.gz").write_bytes(src.read_bytes())
+        r = subprocess.run(command, shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+        assert r.returncode == code, (command, r.stderr)
+        assert r.stderr.count("pass ") + r.stderr.count("FAIL ") == 3, r.stderr
