@@ -72,7 +72,9 @@ setup(
         # version whose requests and JSON the tests check (a test extra: never a runtime dependency).
         "test": ["pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "ruff>=0.4", "jax>=0.4.30",
                  "playwright>=1.40", "torch==2.13.0", "tensorboard-plugin-profile==2.24.2",
-                 "distributed>=2024.8", "moto[server]>=5.2.5", "s3fs>=2026.9.0"],
+                 "distributed>=2024.8", "moto[server]>=5.2.5", "s3fs>=2026.9.0", "pyarrow>=15", "duckdb>=1.0"],
+        # `tb-reduce export`: the event model as Apache Parquet.
+        "parquet": ["pyarrow>=15"],
         # --tb_reduce_workers=tcp://scheduler:8786: merged multi-host views on an existing Dask cluster.
         "dask": ["distributed>=2024.8"],
         # Logdirs on object stores (`--logdir s3://bucket/prefix`, `gs://…`), read through fsspec.

@@ -103,7 +103,9 @@ def default_memory_mb() -> float:
     return max(256.0, 0.75 * total / (1024 * 1024)) if total else 8192.0
 
 
-def _cmd_reduce(args: argparse.Namespace) -> int:
+def _window_args(args: argparse.Namespace) -> bool:
+    """`--start/--end` (from the trace start) or `--start-us/--end-us` (trace clock), both of
+    a pair or neither, put into `args.start_us`/`args.end_us`; whether they are from the start."""
     relative = args.start is not None or args.end is not None
     if relative and (args.start_us is not None or args.end_us is not None):
         raise TraceError("give --start/--end (from the trace start) or --start-us/--end-us (trace clock), not both")
@@ -113,6 +115,19 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
         args.start_us, args.end_us = args.start, args.end
     elif (args.start_us is None) != (args.end_us is None):
         raise TraceError("give both --start-us and --end-us, or neither")
+    return relative
+
+
+def _add_window(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--start", type=_from_start, default=None, metavar="TIME",
+                   help="window start from the trace start, as the dashboard shows it: 42s, 42000ms or 42000000us")
+    p.add_argument("--end", type=_from_start, default=None, metavar="TIME", help="window end from the trace start")
+    p.add_argument("--start-us", type=float, default=None, help="window start, µs in the trace's own clock")
+    p.add_argument("--end-us", type=float, default=None, help="window end, µs in the trace's own clock")
+
+
+def _cmd_reduce(args: argparse.Namespace) -> int:
+    relative = _window_args(args)
     level = parse_level(args.level)
     check_window(args.start_us, args.end_us)
     # Opened first: a stats path that cannot be written, or that is the input or
@@ -243,6 +258,42 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         print(f"tb-reduce: {failed} of {len(verdicts)} conditions failed", file=sys.stderr)
         return EXIT_REGRESSION
     return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export.files import export_file
+
+    relative = _window_args(args)
+    indexer = _indexer(args)
+    limits = dict(max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
+                  max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
+    jobs = _export_jobs(args.input, args.output) if os.path.isdir(args.input) else [(args.input, args.output, None)]
+    for src, out, host in jobs:
+        got = export_file(src, out, args.start_us, args.end_us, from_start=relative, host=host, **limits)
+        _keep_prepared(indexer)
+        print(f"{display_name(os.path.basename(src))}: {got['rows']:,} rows of {got['events']:,} events, "
+              f"{_human(got['bytes'])} of Parquet written to {display_name(out)}")
+    return 0
+
+
+def _export_jobs(folder: str, out_dir: str) -> list[tuple[str, str, Optional[str]]]:
+    """A run's folder exported: each host's trace to OUT/HOST.parquet (OUT/RUN/HOST.parquet
+    where the folder holds several runs), with a `host` column; JAX's JSON export of an
+    XSpace beside it is left out (the XSpace holds every event, the export at most JAX's cap)."""
+    from .serve.discovery import Catalog
+
+    files = [f for f in Catalog(folder, max_age_s=0).files().values() if not f.export_of]
+    if not files:
+        raise TraceError(f"{display_name(folder)}: no trace in this folder (nor in its runs' profile folders)")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise TraceError(f"{display_name(out_dir)}: a folder's traces are exported into a folder; this is a file")
+    runs = {f.run for f in files}
+    jobs = []
+    for f in sorted(files, key=lambda f: (f.run, f.host)):
+        where = out_dir if len(runs) == 1 else os.path.join(out_dir, f.run.replace("/", "__") or "_")
+        os.makedirs(where, exist_ok=True)
+        jobs.append((f.path, os.path.join(where, f"{f.host}.parquet"), f.host))
+    return jobs
 
 
 def _stdout_gone() -> None:
@@ -506,11 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "a JAX/TensorFlow trace (*.trace.json.gz), or an XProf/JAX XSpace (*.xplane.pb)")
     r.add_argument("-o", "--output", required=True, type=_file_name, help="output path; gzip when it ends in .gz")
     r.add_argument("--level", default="2", help="0 (lossless) to 4 (coarsest), or auto (default 2)")
-    r.add_argument("--start", type=_from_start, default=None, metavar="TIME",
-                   help="window start from the trace start, as the dashboard shows it: 42s, 42000ms or 42000000us")
-    r.add_argument("--end", type=_from_start, default=None, metavar="TIME", help="window end from the trace start")
-    r.add_argument("--start-us", type=float, default=None, help="window start, µs in the trace's own clock")
-    r.add_argument("--end-us", type=float, default=None, help="window end, µs in the trace's own clock")
+    _add_window(r)
     r.add_argument("--stats-json", default=None, type=_file_name, help="also write the statistics as JSON here")
     _add_limits(r)
     r.set_defaults(func=_cmd_reduce)
@@ -545,6 +592,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add a smoothed column, weight W from 0 to 1 (TensorBoard's default is 0.6)")
     s.add_argument("--format", choices=("csv", "json"), default="csv", help="output format on stdout (default csv)")
     s.set_defaults(func=_cmd_scalars)
+    x = sub.add_parser(
+        "export", help="write the event model as Apache Parquet (for DuckDB, pandas, polars)",
+        description="One row per event (metadata aside, a B/E pair as its B with the pair's dur), in file order: "
+                    "event, name, cat, ph, ts, dur (µs), pid, tid (as text), process, thread, depth and self_us "
+                    "(slices), step (the step it starts in), written in row groups as they are made. Needs pyarrow "
+                    "(pip install 'tb-reduce-plugin[parquet]').")
+    x.add_argument("input", help="a trace (Chrome JSON, plain or gzip, PyTorch or JAX trace, XSpace .xplane.pb), or a "
+                                 "run's folder: each host's trace then goes to OUTPUT/HOST.parquet, with a host column")
+    x.add_argument("-o", "--output", required=True, type=_file_name,
+                   help="the Parquet file to write (a folder, for a run's folder)")
+    _add_window(x)
+    _add_limits(x)
+    x.set_defaults(func=_cmd_export)
     d = sub.add_parser(
         "diff", help="compare two traces: what got slower, and a regression gate for CI",
         description="Compare CANDIDATE with BASE: each per-step series (step time, busy time per category, "

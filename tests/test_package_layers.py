@@ -20,6 +20,7 @@ FORBIDDEN = {
     "query": {"serve", "live", "multihost", "profile_tab", "cli"},
     "waveforms": {"serve", "live", "multihost", "profile_tab", "cli"},
     "compare": {"serve", "live", "multihost", "profile_tab", "cli"},
+    "export": {"serve", "live", "multihost", "profile_tab", "cli", "compare"},
     "live": {"serve", "multihost", "profile_tab"},
 }
 
