@@ -97,7 +97,8 @@ RULES: tuple[Rule, ...] = (
     Rule(DATA_LOADING, HOST, name=r"DataLoader|IteratorGetNext|^Iterator::|^tf_data|data_loader"),
     # On the host of a trace without device tracks.
     Rule(COMMUNICATION, HOST_ONLY_TRACE, name=f"(?i){_COLLECTIVE}"),
-    Rule(MEMORY, HOST_ONLY_TRACE, name=r"(?i)^\[memory\]$|^(aten::)?(memcpy|memset|copy_)"),
+    # Not Kineto's `[memory]`: an allocation is an instant, not busy time.
+    Rule(MEMORY, HOST_ONLY_TRACE, name=r"(?i)^(aten::)?(memcpy|memset|copy_)"),
     Rule(COMPUTE, HOST_ONLY_TRACE, cats=("cpu_op", "Operator")),
     Rule(COMPUTE, HOST_ONLY_TRACE, name=r"^ThunkExecutor::Execute$|Executable::Execute"),
 )
