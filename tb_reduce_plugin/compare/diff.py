@@ -7,7 +7,7 @@ the gate's conditions against the same figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -21,16 +21,26 @@ from .steps import BadCompare, StepRange, chosen_steps, series_values, spread, s
 
 @dataclass
 class Side:
-    """One trace of a comparison and the steps chosen of it."""
+    """One trace of a comparison and the steps chosen of it. `names` (its range table over
+    the chosen steps, by name) is made on first use; a side whose `names` are made needs
+    its table only for a gate's name conditions (`hold`), so a server may let it go."""
 
     label: str
-    table: EventTable
+    table: Optional[EventTable]
     steps: StepSeries
     chosen: np.ndarray
+    _names: Optional[dict[str, dict[str, float]]] = field(default=None, repr=False)
 
     @classmethod
     def of(cls, label: str, table: EventTable, steps: StepSeries, step_range: Optional[StepRange]) -> Side:
         return cls(label, table, steps, chosen_steps(steps, step_range, label))
+
+    @property
+    def names(self) -> dict[str, dict[str, float]]:
+        if self._names is None:
+            assert self.table is not None, "a side whose table was let go keeps its names"
+            self._names = name_table(self.table, self.window)
+        return self._names
 
     @property
     def window(self) -> Optional[tuple[float, float]]:
@@ -67,8 +77,8 @@ def compare(base: Side, cand: Side) -> dict[str, Any]:
             row["delta_ms"] = b.median - a.median
             row["ratio"] = b.median / a.median if a.median > 0 else None
         series.append(row)
-    names = joined(name_table(base.table, base.window), name_table(cand.table, cand.window),
-                   base.step_count if per_step else None, cand.step_count if per_step else None)
+    names = joined(base.names, cand.names, base.step_count if per_step else None,
+                   cand.step_count if per_step else None)
     return {"base": base.describe(), "candidate": cand.describe(), "per_step": per_step,
             "series": series, "names": names}
 
@@ -107,10 +117,11 @@ def _name_figure(cond: Condition, side: Side, per_step: bool) -> tuple[float, in
     """The condition's figure on one side (ms, or slices for a count) and how many slices it counts."""
     scale = 1.0 if cond.field == "count" else 1e-3
     if per_step:
+        assert side.table is not None, "a gate reads the slices of each side"
         match = matching_names(side.table, cond.query)  # type: ignore[arg-type]
         starts, ends = side.steps.start_us[side.chosen], side.steps.end_us[side.chosen]
         sums = per_step_sums(side.table, starts, ends, match)
         return median_of(sums[cond.field].astype(np.float64)) * scale, int(sums["count"].sum())
-    rows = name_table(side.table, side.window)
+    rows = side.names
     picked = [r for name, r in rows.items() if cond.query.matches([name], seconds=float("inf"))[0][0]]  # type: ignore[union-attr]
     return sum(r[cond.field] for r in picked) * scale, int(sum(r["count"] for r in picked))

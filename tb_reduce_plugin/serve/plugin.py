@@ -25,6 +25,8 @@ Routes, under `/data/plugin/tb_reduce/`:
   the whole trace (folded ones too), in time order, a page at a time
 - `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
   self and longest time of a range, from every original slice
+- `compare?run=&host=&base_run=&base_host=&steps=` — the trace against a baseline trace, as
+  `tb-reduce diff --format json` gives it: per-step series and every name's exact sums
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
 - `waveforms?run=&host=` — the per-step series derived from the trace (step time and
   busy time per category; `steps` empty with a `reason` when it has no step markers)
@@ -77,6 +79,7 @@ from werkzeug import wrappers
 
 from .. import __version__
 from ..budget import BudgetBusy, OverBudget
+from ..compare.steps import BadCompare, parse_step_range
 from ..errors import BadQuery, FileChanged, IndexDamaged, InflationLimit, InputTooLarge, ObjectStoreError, TraceError
 from ..multihost.executor import DEFAULT as DEFAULT_WORKERS
 from ..multihost.executor import BadWorkers, check_workers
@@ -277,6 +280,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/scalars": self._scalars,
             "/search": self._search,
             "/aggregate": self._aggregate,
+            "/compare": self._compare,
             "/info": self._info,
             "/index.js": self._index_js,
             "/static/*": self._static,
@@ -298,7 +302,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         """The one place a domain error becomes a status (and never a traceback)."""
         if isinstance(exc, RequestError):
             return _error(request, exc.status, exc.message)
-        if isinstance(exc, (BadQuery, BadHosts)):
+        if isinstance(exc, (BadQuery, BadHosts, BadCompare)):  # the request's own: before TraceError
             return _error(request, 400, str(exc))
         if isinstance(exc, BadWorkers):  # the workers' cluster cannot be reached (or used) now
             return _busy(request, str(exc), 30)
@@ -456,6 +460,17 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         return _json(request, self.service.aggregate(run, host, start, end, _text_param(request, "pid", required=False),
                                                      _text_param(request, "tid", required=False),
                                                      **({} if limit is None else {"limit": limit})))
+
+    def _compare(self, request: wrappers.Request) -> wrappers.Response:
+        run, host = _text_param(request, "run"), _text_param(request, "host")
+        base_run, base_host = _text_param(request, "base_run"), _text_param(request, "base_host")
+        assert run is not None and host is not None and base_run is not None and base_host is not None
+        text = _text_param(request, "steps", required=False)
+        try:
+            steps = None if text is None else parse_step_range(text)
+        except ValueError as exc:
+            raise RequestError(400, str(exc)) from None
+        return _json(request, self.service.compare(base_run, base_host, run, host, steps))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
         store = self.service.store

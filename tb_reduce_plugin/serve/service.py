@@ -41,6 +41,9 @@ from isal import isal_zlib
 
 from .. import FORMAT_VERSION, OUTPUT_REVISION
 from ..budget import MB, Account, BudgetBusy, MemoryBudget, release_free_memory, return_large_blocks
+from ..compare.diff import Side
+from ..compare.diff import compare as compare_sides
+from ..compare.steps import StepRange
 from ..errors import FileChanged, IndexDamaged, InputTooLarge, NotFound, ObjectStoreError, TraceError
 from ..formats import objectstore
 from ..formats.chrome_json import ChromeJsonEvents
@@ -53,7 +56,7 @@ from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate
 from ..query import search as query_search
 from ..reduce.coarse_tier import tier_rows_of
-from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from ..reduce.pipeline import Level, TraceIndex, check_window, derive_bytes, derive_index, event_json, index_file, reduce_index
 from ..reduce.plan import prepare_window_index
 from ..reduce.window_index import window_index_bytes
 from ..waveforms.categories import CATEGORIES
@@ -66,6 +69,7 @@ from .gate import ComputeGate, default_workers
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
+MAX_SIDES = 64  # sides of comparisons kept (a file version and a step range each), least recently used out
 MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least recently used out
 MAX_SCALAR_BODIES = 16  # encoded `scalars` answers kept (each version of a series and width), on the budget
 # What reading event files may hold besides the points: a chunk being framed and one
@@ -155,6 +159,7 @@ class TraceService:
         self.gate = ComputeGate(workers or default_workers(self.budget.limit), max_waiting, wait_s)
         self._derived: OrderedDict[tuple, dict] = OrderedDict()  # index key -> per-step series (JSON)
         self._derived_lock = threading.Lock()
+        self._sides: OrderedDict[tuple, Side] = OrderedDict()  # (index key, step range) -> a comparison's side
         self._scalars: OrderedDict[str, _Scalars] = OrderedDict()  # run folder -> its scalars
         self._scalars_lock = threading.Lock()
         self._scalar_bodies: OrderedDict[tuple, ScalarsAnswer] = OrderedDict()  # encoded answers, see `scalars`
@@ -645,6 +650,54 @@ class TraceService:
             return out
 
         return self.flight.do(("waveforms", key), compute)
+
+    # ---- comparing two traces (compare/) ---------------------------------------------
+    def compare(self, base_run: str, base_host: str, run: str, host: str,
+                steps: Optional[StepRange] = None) -> dict:
+        """(run, host) against the baseline (base_run, base_host): both traces' per-step
+        series and every name's exact statistics over the chosen steps (`compare.diff`).
+        Each side is made from its own index in turn (never two held for it at once) and
+        kept: what a side holds is its steps and its names' sums, a few kB."""
+        base = self._side(base_run, base_host, steps)
+        cand = self._side(run, host, steps)
+        doc = compare_sides(base, cand)
+        return {"base_run": base_run, "base_host": base_host, "run": run, "host": host,
+                "steps": None if steps is None else str(steps), **doc}
+
+    def _side(self, run: str, host: str, steps: Optional[StepRange]) -> Side:
+        tf = self.trace_file(run, host)
+        key = (self._index_key(tf), None if steps is None else str(steps))
+        with self._derived_lock:
+            found = self._sides.get(key)
+            if found is not None:
+                self._sides.move_to_end(key)
+                return found
+
+        def make(idx: TraceIndex) -> Side:
+            with self.budget.account(f"comparing {_name(tf)}") as account:
+                account.charge(derive_bytes(idx) + query_aggregate.working_bytes(idx.table),
+                               f"the steps and the names of {_name(tf)}",
+                               alongside=idx.account.total if idx.account is not None else 0)
+                try:
+                    side = Side.of(f"{run} · {host}", idx.table, derive_index(idx), steps)
+                    side.names  # noqa: B018  (made now, while the table is at hand)
+                finally:
+                    self._settle_index(idx)
+            side.table = None  # what a side keeps is its sums, not the trace
+            return side
+
+        def compute() -> Side:
+            try:
+                side = self.on_index(tf, make)
+            except FileChanged as exc:
+                side = self.on_index(self._fresh(run, host, tf, exc), make)
+            with self._derived_lock:
+                self._sides[key] = side
+                while len(self._sides) > MAX_SIDES:
+                    self._sides.popitem(last=False)
+            return side
+
+        return self.flight.do(("side", key), compute)
 
     # ---- scalars from event files ------------------------------------------------
     def tags(self, run: str) -> dict:
