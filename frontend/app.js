@@ -11,6 +11,7 @@ import {fetchWindow, needsFetch, screenResolution} from './policy.js';
 import {LEVELS, downloadUrl, linkParams, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
 import {Timeline} from './timeline.js';
 import {AggregatePanel, relSeconds} from './panels/aggregate.js';
+import {ComparePanel} from './panels/compare.js';
 import {SearchBar} from './panels/search.js';
 import {StepStrip} from './panels/steps.js';
 import {HostNotes, HostPicker, cappedWindowText, hostLabel} from './panels/hosts.js';
@@ -129,6 +130,9 @@ class Dashboard {
     this.downloadLink = el('a', {'data-testid': 'download-link', class: 'tbr-button', href: '#', download: '',
       title: 'Download the reduced trace (.json.gz) of this level and window; it opens in Perfetto and chrome://tracing'}, 'Download .json.gz');
     this.fitButton = el('button', {type: 'button', class: 'tbr-button', title: 'Show the whole trace', onclick: () => this.fit()}, 'Fit');
+    this.compareButton = el('button', {type: 'button', class: 'tbr-button', 'data-testid': 'compare-open',
+      title: 'Compare this trace with another run or host: per-step series and every name, exact', onclick: () => this.toggleCompare()},
+    'Compare');
     this.copied = el('span', {class: 'tbr-copied', 'aria-live': 'polite'});
     this.status = el('div', {class: 'tbr-status', role: 'status', 'data-testid': 'status'});
     this.progressBar = el('div', {class: 'tbr-progress-bar'});
@@ -148,14 +152,14 @@ class Dashboard {
       el('label', {}, 'Level ', this.levelSelect),
       el('label', {class: 'tbr-check'}, this.flows, ' Flows'),
       this.search.element, this.marksBox,
-      this.fitButton, this.shareLink, this.downloadLink, this.copied,
+      this.fitButton, this.compareButton, this.shareLink, this.downloadLink, this.copied,
       el('span', {class: 'tbr-help'}, 'wheel or W/S zoom · drag or A/D pan · shift+wheel scrolls tracks · click for details'));
     this.waveBox = el('div', {class: 'tbr-wave-slot'});
     this.spreadBox = el('div', {class: 'tbr-spread-slot'});
     this.stepsBox = el('div', {class: 'tbr-steps-slot'});
     this.app = el('div', {class: 'tbr-app'}, bar, this.hostNotes.element, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
-      this.spreadBox, this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.details);
+      this.spreadBox, this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.compare.element, this.details);
     root.replaceChildren(this.app);
     // light or dark, as TensorBoard (or the system) is; before the canvases draw
     this.theme = installTheme(this.app, () => this.themeChanged());
@@ -328,6 +332,11 @@ class Dashboard {
       this.sel.host = several[0];
     }
     this.syncHostControls(first);
+    this.compare.setRuns(this.runs);
+    if (this.initial.compare && !this.multi()) { // a link to a comparison
+      const {baseRun, baseHost, steps} = this.initial.compare;
+      this.compare.open({target: {run: this.sel.run, host: this.sel.host}, base: {run: baseRun, host: baseHost}, steps});
+    }
     const linked = hostOk || this.multi();
     let firstLoad;
     if (linked && this.initial.window) {
@@ -404,6 +413,7 @@ class Dashboard {
     this.allRuns = runs;
     this.runs = traceRuns(runs);
     this.fillRuns();
+    this.compare.setRuns(this.runs);
     if (this.sel.run !== null && !this.followNewest() && !runs.some((r) => r.run === this.sel.run)) {
       this.setLiveNote(`run ${this.sel.run} is gone from the logdir`, true);
     }
@@ -504,8 +514,21 @@ class Dashboard {
     this.load(null);
     this.waveforms.setContext({runs: this.allRuns, run, host});
     this.steps.setContext({run, host});
+    if (this.multi()) this.compare.close(); // one trace against another: not a merged view
+    else this.compare.follow({run, host});
     this.showPanels();
     this.updateLinks();
+  }
+
+  /** The Compare button: opens the comparison of the trace shown with another (or closes it). */
+  toggleCompare() {
+    if (this.compare.isOpen) {
+      this.compare.close();
+      return;
+    }
+    if (this.sel.run === null || this.multi()) return;
+    this.compare.open({target: {run: this.sel.run, host: this.sel.host}});
+    this.compare.element.scrollIntoView({block: 'nearest'});
   }
 
   /**
@@ -781,7 +804,8 @@ class Dashboard {
       return;
     }
     const state = {run: this.sel.run, ...this.target(), level: this.sel.level, explicitLevel: this.sel.explicitLevel,
-      window: this.currentWindow(), event: this.selected && !this.multi() ? this.selected.input : null};
+      window: this.currentWindow(), event: this.selected && !this.multi() ? this.selected.input : null,
+      compare: this.compare ? this.compare.state() : null};
     this.shareLink.href = shareUrl(BASE, state);
     this.downloadLink.href = downloadUrl(BASE, state);
     const view = this.timeline.getView();
@@ -913,6 +937,10 @@ class Dashboard {
           this.currentMarks().clear();
           this.renderMarks();
         }}, '\u00d7'));
+    this.compare = new ComparePanel({
+      onName: (name) => this.search.setQuery(name), // highlighted where they are in this trace
+      onChange: () => this.updateLinks(),
+    });
     this.aggregate = new AggregatePanel({
       onClose: () => this.clearRange(),
       onName: (name) => this.search.setQuery(name), // highlighted where they are; Enter steps from the view

@@ -1,5 +1,5 @@
-// The shareable part of the dashboard's state (run, host or hosts, level, window and the
-// selected event) and its round trip through a URL query string: the `view` page
+// The shareable part of the dashboard's state (run, host or hosts, level, window, the
+// selected event and a comparison's baseline) and its round trip through a URL query string: the `view` page
 // reads it back, so a copied link reopens exactly what the sender saw.
 //
 // A level is *explicit* once the user picks it (the level select) or a link names it
@@ -31,7 +31,16 @@ export function parseViewState(search) {
     explicitLevel: LEVELS.includes(level),
     window: hasWindow ? [start, end] : null,
     event: parseEventIndex(q.get('event')),
+    compare: parseCompare(q),
   };
+}
+
+/** `base_run=&base_host=&steps=`: a comparison with a baseline (panels/compare.js), or null. */
+export function parseCompare(q) {
+  const baseRun = q.get('base_run');
+  const baseHost = q.get('base_host');
+  if (!baseRun || !baseHost) return null;
+  return {baseRun, baseHost, steps: q.get('steps') || ''};
 }
 
 /** `hosts=a,b,…` (a merged view's hosts, in the run's order): the names, or null. */
@@ -90,6 +99,11 @@ export function linkParams(state) {
   const params = viewParams({...state, resolution: null});
   if (state.explicitLevel === false) params.delete('level');
   if (Number.isSafeInteger(state.event) && state.event >= 0) params.set('event', String(state.event));
+  if (state.compare && state.compare.baseRun) {
+    params.set('base_run', state.compare.baseRun);
+    params.set('base_host', state.compare.baseHost);
+    if (state.compare.steps) params.set('steps', state.compare.steps);
+  }
   return params;
 }
 

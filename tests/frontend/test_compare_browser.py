@@ -1,0 +1,100 @@
+"""Compare two runs in the dashboard (issue 27, item 1), in a real headless Chromium against
+a real TensorBoard serving real PyTorch runs of one training loop (a base run, a rerun, a
+run with an extra matmul a step; tests/fixtures/make_compare_traces.py): the Compare
+button opens the trace shown against another run, the changed op first; a step range
+narrows both sides; the baseline can be another run; a copied link reopens the
+comparison; a name clicked is searched. Screenshots go to /tmp/shots and test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+from dashboard_support import CHROMIUM, ROOT, TensorBoardServer, checked_page, save_shot, wait_loaded
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
+pytest.importorskip("playwright.sync_api")
+
+RUNS = ROOT / "tests" / "fixtures" / "compare"
+HOST = "worker0.1"
+READY = "() => document.querySelector('[data-testid=compare]').dataset.state === 'ready'"
+ROWS = "() => window.tbReduceDashboard.compare.rows().map((r) => r.name)"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    for name in ("base", "rerun", "slow_matmul"):
+        (root / "logdir" / name).mkdir(parents=True)
+        shutil.copyfile(RUNS / f"{name}.pt.trace.json.gz", root / "logdir" / name / f"{HOST}.pt.trace.json.gz")
+    tb = TensorBoardServer(root / "logdir", root / "cache")
+    try:
+        yield tb
+    finally:
+        tb.stop()
+
+
+def open_view(page, server, **params) -> None:
+    page.goto(server.plugin_url(f"view?{urlencode({'run': 'slow_matmul', 'host': HOST, **params})}"))
+    wait_loaded(page)
+
+
+def test_compare_opens_against_another_run_with_the_changed_op_first(server, browser) -> None:
+    with checked_page(browser) as page:
+        open_view(page, server)
+        page.click("[data-testid=compare-open]")
+        page.wait_for_function(READY, timeout=30000)
+        panel = page.locator("[data-testid=compare]")
+        assert "base · worker0.1" in panel.locator("[data-testid=compare-sides]").inner_text()
+        assert "12 steps, 2 to 13" in panel.locator("[data-testid=compare-sides]").inner_text()
+        names = page.evaluate(ROWS)
+        assert names[0] == "aten::mm", names[:5]
+        step = panel.locator("[data-testid=compare-series] tr[data-series=step_time] td")
+        cells = step.all_inner_texts()
+        assert cells[0] == "step_time" and cells[4].endswith("×") and float(cells[4][:-1]) > 1.5, cells
+        assert "tbr-cmp-up" in (step.nth(3).get_attribute("class") or "")
+        save_shot(page, "compare-against-base")
+
+        page.fill("[data-testid=compare-steps]", "5:8")
+        page.press("[data-testid=compare-steps]", "Enter")
+        page.wait_for_function("() => document.querySelector('[data-testid=compare-sides]')"
+                               "?.textContent.includes('4 steps, 5 to 8')", timeout=30000)
+        assert page.evaluate(ROWS)[0] == "aten::mm"
+
+        link = page.get_attribute("[data-testid=share-link]", "href")
+        q = parse_qs(urlparse(link).query)
+        assert q["base_run"] == ["base"] and q["base_host"] == [HOST] and q["steps"] == ["5:8"]
+        with checked_page(browser) as other:
+            other.goto(link)
+            wait_loaded(other)
+            other.wait_for_function(READY, timeout=30000)
+            assert other.input_value("[data-testid=compare-steps]") == "5:8"
+            assert "4 steps, 5 to 8" in other.locator("[data-testid=compare-sides]").inner_text()
+            assert other.evaluate(ROWS)[0] == "aten::mm"
+
+        page.fill("[data-testid=compare-steps]", "9:3")
+        page.press("[data-testid=compare-steps]", "Enter")
+        assert page.get_attribute("[data-testid=compare-steps]", "aria-invalid") == "true"
+
+
+def test_the_baseline_can_be_a_rerun_and_a_name_clicked_is_searched(server, browser) -> None:
+    with checked_page(browser) as page:
+        open_view(page, server, run="rerun")
+        page.click("[data-testid=compare-open]")
+        page.wait_for_function(READY, timeout=30000)
+        page.select_option("[data-testid=compare-base]", value=f'["base","{HOST}"]')
+        page.wait_for_function(READY + " && document.querySelector('[data-testid=compare-sides]')"
+                               ".textContent.includes('rerun')", timeout=30000)
+        rows = page.evaluate("() => window.tbReduceDashboard.compare.rows()")
+        mm = next(r for r in rows if r["name"] == "aten::mm")
+        assert abs(mm["delta_self_us"]) < 0.25 * mm["base"]["self_us"]  # a rerun: the same work
+        save_shot(page.locator("[data-testid=compare]"), "compare-rerun-against-base")
+        page.click("[data-testid=compare] tr[data-name='aten::addmm']")
+        page.wait_for_function("() => window.tbReduceDashboard.queryState().search.query === 'aten::addmm'", timeout=10000)
+        page.click("[data-testid=compare-close]")
+        assert page.locator("[data-testid=compare]").is_hidden()
+        assert "base_run" not in (page.get_attribute("[data-testid=share-link]", "href") or "")
