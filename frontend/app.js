@@ -520,6 +520,15 @@ class Dashboard {
     this.updateLinks();
   }
 
+  /** A comparison's baseline run ticked in the waveform panel, beside the trace shown. */
+  overlayRun(run) {
+    this.waveforms.setCollapsed(false);
+    this.waveforms.setTicked(run, true);
+    this.waveforms.renderRuns();
+    this.waveforms.refresh(false);
+    this.waveBox.scrollIntoView({block: 'nearest'});
+  }
+
   /** The Compare button: opens the comparison of the trace shown with another (or closes it). */
   toggleCompare() {
     if (this.compare.isOpen) {
@@ -940,6 +949,7 @@ class Dashboard {
     this.compare = new ComparePanel({
       onName: (name) => this.search.setQuery(name), // highlighted where they are in this trace
       onChange: () => this.updateLinks(),
+      onOverlay: (run) => this.overlayRun(run),
     });
     this.aggregate = new AggregatePanel({
       onClose: () => this.clearRange(),

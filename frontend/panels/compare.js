@@ -55,11 +55,13 @@ function change(delta) {
 export class ComparePanel {
   /**
    * onName(name): a name clicked (search it). onChange(): the comparison asked changed
-   * (the share link follows it).
+   * (the share link follows it). onOverlay(run): plot the baseline run's steps beside this
+   * one's in the waveform panel (aligned by step number there).
    */
-  constructor({onName, onChange} = {}) {
+  constructor({onName, onChange, onOverlay} = {}) {
     this.onName = onName || (() => {});
     this.onChange = onChange || (() => {});
+    this.onOverlay = onOverlay || (() => {});
     this.runs = [];
     this.target = null; // {run, host}: the trace shown
     this.base = null; // {run, host}: the baseline
@@ -251,7 +253,11 @@ export class ComparePanel {
       el('span', {class: 'tbr-cmp-tag'}, 'baseline'), ' ', bdi(a.base.trace), ` (${side(a.base)}) · `,
       el('span', {class: 'tbr-cmp-tag'}, 'this trace'), ' ', bdi(a.candidate.trace), ` (${side(a.candidate)})`,
       a.per_step ? el('span', {class: 'tbr-muted'}, ' · names per step') :
-        el('span', {class: 'tbr-muted'}, ' · names in all (a side has no steps)'));
+        el('span', {class: 'tbr-muted'}, ' · names in all (a side has no steps)'),
+      this.base && this.target && this.base.run !== this.target.run && a.base.steps && a.candidate.steps
+        ? el('button', {type: 'button', class: 'tbr-button tbr-cmp-overlay', 'data-testid': 'compare-overlay',
+          title: 'Tick the baseline run in the waveform panel: both runs\' steps on one axis, by step number',
+          onclick: () => this.onOverlay(this.base.run)}, 'Overlay steps in the waveforms') : null);
     const seriesRows = (a.series || []).map((r) => {
       const b = r.base || {};
       const c = r.candidate || {};

@@ -59,6 +59,12 @@ def test_compare_opens_against_another_run_with_the_changed_op_first(server, bro
         assert "tbr-cmp-up" in (step.nth(3).get_attribute("class") or "")
         save_shot(page, "compare-against-base")
 
+        page.click("[data-testid=compare-overlay]")  # both runs' step times on one axis, in the waveform panel
+        page.wait_for_function("() => document.querySelector('[data-testid=wave-runs-list] input[data-run=base]')"
+                               "?.checked", timeout=10000)
+        page.wait_for_function("() => [...document.querySelectorAll('[data-testid=wave-legend]')]"
+                               ".some((e) => e.textContent.includes('base / worker0.1'))", timeout=30000)
+
         page.fill("[data-testid=compare-steps]", "5:8")
         page.press("[data-testid=compare-steps]", "Enter")
         page.wait_for_function("() => document.querySelector('[data-testid=compare-sides]')"
@@ -98,3 +104,17 @@ def test_the_baseline_can_be_a_rerun_and_a_name_clicked_is_searched(server, brow
         page.click("[data-testid=compare-close]")
         assert page.locator("[data-testid=compare]").is_hidden()
         assert "base_run" not in (page.get_attribute("[data-testid=share-link]", "href") or "")
+
+
+def test_both_runs_steps_overlaid_in_the_waveforms_look_right(server, browser) -> None:
+    """A screenshot for a person: the slowed run's step times over the base run's."""
+    with checked_page(browser) as page:
+        open_view(page, server)
+        page.click("[data-testid=compare-open]")
+        page.wait_for_function(READY, timeout=30000)
+        page.click("[data-testid=compare-overlay]")
+        page.wait_for_function("() => [...document.querySelectorAll('[data-testid=wave-legend]')]"
+                               ".some((e) => e.textContent.includes('base / worker0.1'))", timeout=30000)
+        legend = page.locator("[data-testid=wave-legend]").inner_text()
+        assert "slow_matmul / worker0.1" in legend and "base / worker0.1" in legend
+        save_shot(page, "compare-overlay-waveforms")
