@@ -6,12 +6,13 @@ clipped to it, folded events included: the index holds every one), all names. Wh
 sides have steps, count, wall and self time are divided by each side's number of steps,
 so two runs of different lengths compare per step; average and longest stay as they are.
 Rows are joined by name text, ordered by the size of the change in self time (ties by
-name), and a name found on one side only is marked so. Numbered markers are joined as one
-name whatever their number — PyTorch's step markers (`ProfilerStep#N` → `ProfilerStep#*`)
-and Kineto's span of the whole profiling session (`PyTorch Profiler (N)`) — flagged as
-markers and listed after the names of work: what they measure is the step time, which
-the series compare, and the session's span (all self time, on a track of its own) would
-otherwise head every table.
+name), and a name found on one side only is marked so. Step markers are flagged as
+markers and listed after the names of work — what they measure is the step time, which
+the series compare — and numbered ones are joined as one name whatever their number:
+PyTorch's `ProfilerStep#N` (→ `ProfilerStep#*`), the names of the slices a trace marks
+with a `step_num` (JAX's and TensorFlow's `StepTraceAnnotation`), and Kineto's span of the
+whole profiling session (`PyTorch Profiler (N)`, all self time on a track of its own,
+which would otherwise head every table).
 
 A gate's name condition compares medians over the steps (`per_step_sums`): each slice
 counts in the step its start falls in (the latest-starting step that starts at or
@@ -31,7 +32,7 @@ from ..model.mapped import scratch_array
 from ..model.table import EventTable
 from ..query.aggregate import aggregate
 from ..query.nesting import parents_of
-from ..query.search import NameQuery
+from ..query.search import NameQuery, name_text
 from ..reduce import shared
 from ..reduce.shared import slices_of
 
@@ -45,11 +46,13 @@ def name_table(t: EventTable, window: Optional[tuple[float, float]]) -> dict[str
     """Every name's count, wall, self, average and longest in `window` (all: None), by name."""
     lo, hi = window if window is not None else (None, None)
     out: dict[str, dict[str, float]] = {}
+    stepped = {name_text(t.names[k]) for k in np.unique(np.asarray(t.name)[np.asarray(t.step_event)]).tolist()}
     for r in aggregate(t, lo, hi, limit=None)["rows"]:
         key = marker_name(r["name"]) or r["name"]
         got = out.get(key)
         if got is None:
             out[key] = {k: r[k] for k in ("count", "wall_us", "self_us", "avg_us", "max_us")}
+            out[key]["marker"] = key in _JOINED or key in stepped
         else:  # another number of the same marker
             for k in FIELDS:
                 got[k] += r[k]
@@ -77,11 +80,11 @@ def joined(base: dict[str, dict[str, float]], cand: dict[str, dict[str, float]],
         rows.append({
             "name": name,
             "only_in": "base" if b is None else "candidate" if a is None else None,
-            "base": a,
-            "candidate": b,
+            "base": _public(a),
+            "candidate": _public(b),
             "delta_self_us": sb - sa,
             "ratio_self": (sb / sa) if sa > 0 else None,
-            "marker": name in _JOINED,
+            "marker": bool((a or {}).get("marker") or (b or {}).get("marker")),
         })
     rows.sort(key=lambda r: (r["marker"], -abs(r["delta_self_us"]), r["name"]))
     return rows
@@ -96,6 +99,10 @@ def _scaled(row: Optional[dict[str, float]], steps: Optional[int]) -> Optional[d
     if not steps:
         return dict(row)
     return {k: (v / steps if k in FIELDS else v) for k, v in row.items()}
+
+
+def _public(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    return None if row is None else {k: v for k, v in row.items() if k != "marker"}
 
 
 def matching_names(t: EventTable, query: NameQuery) -> np.ndarray:

@@ -190,3 +190,32 @@ def test_the_readme_gate_runs_as_written_and_fails_a_slowed_change(tmp_path: Pat
                            timeout=120, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
         assert r.returncode == code, (command, r.stderr)
         assert r.stderr.count("pass ") + r.stderr.count("FAIL ") == 3, r.stderr
+
+
+JAX_BASE, JAX_SLOW = RUNS / "jax_base.xplane.pb", RUNS / "jax_slow_matmul.xplane.pb"
+
+
+def test_two_jax_runs_compare_by_step_num_and_the_extra_matmul_fusion_heads_the_names() -> None:
+    doc, _ = as_json(str(JAX_BASE), str(JAX_SLOW))
+    assert doc["base"]["marker"] == "step_num" and doc["base"]["steps"] == doc["candidate"]["steps"] == 12
+    step = next(r for r in doc["series"] if r["series"] == "step_time")
+    assert step["ratio"] > 1.5
+    top = work(doc)[0]
+    assert top["name"] == "ynn_fusion" and (top["base"]["count"], top["candidate"]["count"]) == (1, 2), top
+    markers = [r["name"] for r in doc["names"] if r["marker"]]
+    assert markers == ["train"]  # the StepTraceAnnotation's slices: the step time, listed last
+    assert doc["names"][-1]["name"] == "train"
+    gate = run(str(JAX_BASE), str(JAX_SLOW), "--fail-if", "step_time:+10%")
+    assert gate.returncode == 1 and "FAIL step_time" in gate.stderr
+    same = run(str(JAX_BASE), str(JAX_BASE), "--fail-if", "step_time:+10%", "--fail-if", "name:fusion:self:+10%")
+    assert same.returncode == 0, same.stderr
+
+
+def test_pytorch_markers_are_joined_across_their_numbers_and_listed_last() -> None:
+    doc, _ = as_json(str(BASE), str(SLOW_MATMUL))
+    markers = [r for r in doc["names"] if r["marker"]]
+    assert {r["name"] for r in markers} == {"ProfilerStep#*", "PyTorch Profiler (*)"}
+    steps = next(r for r in markers if r["name"] == "ProfilerStep#*")
+    assert steps["base"]["count"] == 1  # a step each step
+    assert doc["names"][-len(markers):] == markers
+    assert not any(r["name"].startswith("ProfilerStep#") and r["name"] != "ProfilerStep#*" for r in doc["names"])
