@@ -46,15 +46,24 @@ const DERIVED_LABELS = {
 const UNACCOUNTED = 'unaccounted_ms';
 const RUN_FILTER_FROM = 11; // the checklist gets a filter box from this many runs
 
-/** "compute_ms" → "compute (ms)": derived series names read as words. */
+/** "compute_ms" → "compute (ms)", "memory_peak_mb_cpu" → "memory peak, cpu (MB)": derived series names read as words. */
 export function derivedLabel(name) {
+  const memory = /^memory_peak_mb_(.+)$/.exec(name);
+  if (memory) return `memory peak, ${memory[1]} (MB)`;
   const base = DERIVED_LABELS[name] || name.replace(/_ms$/, '').replace(/_/g, ' ');
   return /_ms$/.test(name) ? `${base} (ms)` : base;
 }
 
-/** A derived series' value of one step: step_time_ms itself, X_ms the busy time of category X. */
+/**
+ * A derived series' value of one step: step_time_ms itself, X_ms the busy time of category X,
+ * memory_peak_mb_<device> the step's peak allocated memory on that device.
+ */
 export function derivedValue(step, name) {
   if (name === 'step_time_ms') return toNumber(step.step_time_ms);
+  if (/^memory_peak_mb_/.test(name)) {
+    const memory = step.memory_mb || {};
+    return name in memory ? toNumber(memory[name]) : NaN;
+  }
   const busy = step.busy_ms || {};
   const key = name.replace(/_ms$/, '');
   return key in busy ? toNumber(busy[key]) : NaN;

@@ -171,7 +171,8 @@ class LiveSeries:
             raise self._error(exc) from None
 
     def write_steps(self, steps: StepSeries, wall_time: float, keep: Optional[np.ndarray] = None) -> int:
-        """One event per step: its step time and busy time per category, stamped
+        """One event per step: its step time, busy time per category and peak memory per device
+        (where the trace records memory), stamped
         `wall_time` (the window's first step) plus the step's offset. Returns the
         number of steps written (steps with no finite integer number are skipped:
         TensorBoard steps are integers; so are those `keep`, a mask per step, leaves out)."""
@@ -183,6 +184,7 @@ class LiveSeries:
         offsets = np.where(np.isfinite(start), (start - first) / 1e6, 0.0).tolist()
         columns = [(STEP_TIME, steps.step_time_ms.tolist())]
         columns += [(f"{PREFIX}{c}_ms", v.tolist()) for c, v in steps.busy_ms.items()]
+        columns += [(f"{PREFIX}{name}", v.tolist()) for name, v in steps.memory_mb.items()]
         written = 0
         for i, number in enumerate(numbers):  # per step, not per event: tens a window
             if not (math.isfinite(number) and float(number).is_integer()) or (keep is not None and not keep[i]):

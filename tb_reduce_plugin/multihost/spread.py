@@ -43,6 +43,9 @@ def _value(step: dict, series: str) -> float:
     """A step's value of `series` from the single-host shape (`StepSeries.to_json`), NaN if none."""
     if series == STEP_TIME:
         v = step.get(STEP_TIME)
+    elif series.startswith("memory_peak_mb_"):
+        memory = step.get("memory_mb")
+        v = memory.get(series) if isinstance(memory, dict) else None
     else:
         busy = step.get("busy_ms")
         v = busy.get(series[:-3]) if isinstance(busy, dict) and series.endswith("_ms") else None

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Optional, Union
 
+import msgspec
 import numpy as np
 
 from .. import FORMAT_VERSION
@@ -24,8 +25,9 @@ from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RATIO, Fil
 from ..index.prepared import Prepared, prepared_of
 from ..model.mapped import faults, held_bytes, spill
 from ..model.sorting import sample_bytes
-from ..model.table import EventTable, valid_utf8
+from ..model.table import INSTANT_PHASES, EventTable, valid_utf8
 from ..waveforms import steps as steps_module
+from ..waveforms.memory import MEMORY_EVENT, MemorySamples, peak_per_step
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
 from .plan import Plan, check_window, default_window, events_in_window, plan, plan_within, slices_bytes
@@ -549,7 +551,67 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
     if account is not None:
         account.charge(derive_bytes(index), "deriving the per-step series",
                        alongside=index.account.total if index.account is not None else 0)
-    return derive(index.table)
+    series = derive(index.table)
+    if len(series):
+        samples = memory_samples(index)
+        series.memory_mb = peak_per_step(samples, series.start_us, series.end_us)
+    return series
+
+
+# `[memory]` events read back at once (`memory_samples`): their JSON and decoded args, ~0.5 kB each.
+MEMORY_CHUNK = 1 << 16
+
+
+class _MemoryArgs(msgspec.Struct):
+    allocated: float = msgspec.field(name="Total Allocated", default=float("nan"))
+    reserved: float = msgspec.field(name="Total Reserved", default=float("nan"))
+    device_type: int = msgspec.field(name="Device Type", default=0)
+    device_id: int = msgspec.field(name="Device Id", default=-1)
+
+
+class _MemoryEvent(msgspec.Struct):
+    args: _MemoryArgs = msgspec.field(default_factory=_MemoryArgs)
+
+
+_memory_events = msgspec.json.Decoder(list[_MemoryEvent])
+
+
+def memory_samples(index: TraceIndex) -> MemorySamples:
+    """The allocator's totals of every Kineto `[memory]` instant of `index`
+    (`waveforms.memory`), read back from the trace a chunk of events at a time (the index
+    keeps no args). An event whose args are not numbers where they should be is left out."""
+    t = index.table
+    try:
+        k = t.names.index(MEMORY_EVENT)
+    except ValueError:
+        return MemorySamples.empty()
+    rows = np.flatnonzero((np.asarray(t.name) == k) & np.isin(np.asarray(t.ph), INSTANT_PHASES))
+    if not len(rows):
+        return MemorySamples.empty()
+    ts, dtype_, did, alloc, resv = [], [], [], [], []
+    for a in range(0, len(rows), MEMORY_CHUNK):
+        part = rows[a:a + MEMORY_CHUNK]
+        texts = [text for block in index.source.events(part) for text in block]
+        try:
+            decoded = _memory_events.decode(b"[" + b",".join(texts) + b"]")
+        except msgspec.DecodeError:  # one odd event: each on its own, the odd ones left out
+            decoded = [_one_memory_event(text) for text in texts]
+        keep = np.fromiter((e is not None for e in decoded), dtype=bool, count=len(decoded))
+        ts.append(np.asarray(t.ts[part])[keep])
+        args = [e.args for e in decoded if e is not None]
+        dtype_.append(np.fromiter((x.device_type for x in args), dtype=np.int64, count=len(args)))
+        did.append(np.fromiter((x.device_id for x in args), dtype=np.int64, count=len(args)))
+        alloc.append(np.fromiter((x.allocated for x in args), dtype=np.float64, count=len(args)))
+        resv.append(np.fromiter((x.reserved for x in args), dtype=np.float64, count=len(args)))
+    return MemorySamples(np.concatenate(ts), np.concatenate(dtype_), np.concatenate(did), np.concatenate(alloc),
+                         np.concatenate(resv))
+
+
+def _one_memory_event(text: bytes) -> Optional[_MemoryEvent]:
+    try:
+        return msgspec.json.decode(text, type=_MemoryEvent)
+    except msgspec.DecodeError:
+        return None
 
 
 def steps_chunk_rows() -> int:

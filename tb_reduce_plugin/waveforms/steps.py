@@ -60,6 +60,8 @@ class StepSeries:
     start_us: np.ndarray
     end_us: np.ndarray
     busy_ms: dict[str, np.ndarray] = field(default_factory=dict)  # category -> ms per step
+    # `memory_peak_mb_<device>` -> MB per step (`waveforms.memory`; Kineto's `[memory]` events)
+    memory_mb: dict[str, np.ndarray] = field(default_factory=dict)
     marker: Optional[str] = None
     reason: Optional[str] = None  # why there are no steps
     track: Optional[tuple] = None  # (pid, tid) of the markers
@@ -73,8 +75,9 @@ class StepSeries:
 
     @property
     def series(self) -> list[str]:
-        """Names of the series, as columns and in the dashboard: `step_time_ms`, `<category>_ms`."""
-        return ["step_time_ms", *(f"{c}_ms" for c in self.busy_ms)]
+        """Names of the series, as columns and in the dashboard: `step_time_ms`, `<category>_ms`,
+        and `memory_peak_mb_<device>` where the trace records memory."""
+        return ["step_time_ms", *(f"{c}_ms" for c in self.busy_ms), *self.memory_mb]
 
     def slowest(self, k: int = SLOWEST) -> list[int]:
         """Indices of the steps that stand out as slow, the slowest first (ties: the earlier
@@ -110,9 +113,11 @@ class StepSeries:
         """The shape of `tb-reduce waveforms --format json` and the `waveforms` route."""
         times = self.step_time_ms.tolist()
         busy = {c: v.tolist() for c, v in self.busy_ms.items()}
+        memory = {c: v.tolist() for c, v in self.memory_mb.items()}
         steps = [
             {"step": _int(s), "start_us": _us(a), "end_us": _us(b), "step_time_ms": _ms(ms),
-             "busy_ms": {c: _ms(v[i]) for c, v in busy.items()}}
+             "busy_ms": {c: _ms(v[i]) for c, v in busy.items()},
+             **({"memory_mb": {c: _ms(v[i]) for c, v in memory.items()}} if memory else {})}
             for i, (s, a, b, ms) in enumerate(zip(self.step.tolist(), self.start_us.tolist(),
                                                   self.end_us.tolist(), times))
         ]
@@ -120,9 +125,10 @@ class StepSeries:
                 "slowest": self.slowest(), "unaccounted_stands_out": self.unaccounted_stands_out()}
 
     def rows(self) -> tuple[list[str], list[list[Any]]]:
-        """CSV header and rows: `step, start_us, step_time_ms, <category>_ms…`."""
+        """CSV header and rows: `step, start_us, step_time_ms, <category>_ms…, memory_peak_mb_<device>…`."""
         header = ["step", "start_us", *self.series]
-        cols = [self.step_time_ms.tolist(), *(v.tolist() for v in self.busy_ms.values())]
+        cols = [self.step_time_ms.tolist(), *(v.tolist() for v in self.busy_ms.values()),
+                *(v.tolist() for v in self.memory_mb.values())]
         rows = [[_int(s), _us(a), *(_ms(c[i]) for c in cols)]
                 for i, (s, a) in enumerate(zip(self.step.tolist(), self.start_us.tolist()))]
         return header, rows

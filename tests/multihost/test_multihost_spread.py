@@ -74,8 +74,9 @@ def _expected(singles: list) -> dict:
             rows.append(step)
         per = {}
         for name in series:
-            vals = [None if r is None else r["step_time_ms"] if name == "step_time_ms" else r["busy_ms"].get(name[:-3])
-                    for r in rows]
+            vals = [None if r is None else r["step_time_ms"] if name == "step_time_ms"
+                    else r.get("memory_mb", {}).get(name) if name.startswith("memory_peak_mb_")
+                    else r["busy_ms"].get(name[:-3]) for r in rows]
             have = [(v, k) for k, v in enumerate(vals) if v is not None]
             top = max(have, key=lambda vk: (vk[0], -vk[1]))[1] if have else None
             per[name] = {"values": vals, "min": min(v for v, _ in have) if have else None,

@@ -26,6 +26,7 @@ TORCH_SMALL = CORPUS / "generated" / "torch_cpu_cnn_small"
 NO_STEPS = CORPUS / "public" / "catapult" / "tracing__test_data__x_event_trace.json"
 JAX_DEMO = ROOT / "demo_logdir" / "jax_mlp"
 STALLED_TRACE = ROOT / "tests" / "fixtures" / "traces" / "torch_stalled_step.pt.trace.json.gz"  # step 5 sleeps 150 ms
+MEMORY_TRACE = ROOT / "tests" / "fixtures" / "compare" / "memory.pt.trace.json.gz"  # keeps 4 MiB more a step from step 6
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is absent: install the Debian package `chromium` (CI does)", allow_module_level=True)
@@ -87,6 +88,8 @@ def server(tmp_path_factory):
     shutil.copyfile(STALLED_TRACE, logdir / STALLED / STALLED_TRACE.name)
     (logdir / "nosteps").mkdir()
     shutil.copyfile(NO_STEPS, logdir / "nosteps" / NO_STEPS.name)
+    (logdir / "memory").mkdir()
+    shutil.copyfile(MEMORY_TRACE, logdir / "memory" / "mem.pt.trace.json.gz")
     tb = TensorBoardServer(logdir, root / "cache")
     try:
         yield tb
@@ -221,6 +224,18 @@ def test_each_derived_series_is_offered_and_reads_busy_time(page, server):
     key = busy[0][: -len("_ms")]
     assert entry["ys"] == pytest.approx([s["busy_ms"][key] for s in wave["steps"]])
     shot(panel(page), f"derived_{busy[0]}")
+
+
+def test_peak_memory_per_step_is_offered_in_mb_and_plotted(page, server):
+    open_view(page, server, run="memory", host="mem")
+    labels = page.eval_on_selector_all("[data-testid=wave-series] option", "os => os.map(o => [o.value, o.text])")
+    assert ["d:memory_peak_mb_cpu", "memory peak, cpu (MB)"] in labels, labels
+    choose(page, "d:memory_peak_mb_cpu")
+    [entry] = debug(page, values=True)
+    _, wave = server.get_json(f"waveforms?{urlencode({'run': 'memory', 'host': 'mem'})}")
+    assert entry["ys"] == pytest.approx([s["memory_mb"]["memory_peak_mb_cpu"] for s in wave["steps"]])
+    assert entry["ys"][-1] - entry["ys"][0] > 30  # 8 steps of 4 MiB kept
+    shot(panel(page), "derived_memory_peak")
 
 
 def test_clicking_a_step_zooms_the_timeline_to_that_step(page, server):

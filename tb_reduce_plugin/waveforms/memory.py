@@ -1,0 +1,88 @@
+"""Memory per step, from Kineto's `[memory]` events (`torch.profiler(profile_memory=True)`).
+
+PyTorch writes one instant per allocation and per free, named `[memory]`, whose args hold
+the allocator's totals after it: `Total Allocated` and `Total Reserved` (bytes), and the
+device (`Device Type`: 0 the CPU, 1 CUDA, …; `Device Id`, -1 for the CPU). They are
+instants, not busy time (docs/SEMANTICS.md, rule 9); what a user asks of them is how much
+memory a step held at its peak, per device: `memory_peak_mb_<device>` (`cpu`, `cuda0`, …),
+the largest `Total Allocated` in MB (10⁶ bytes) inside the step, or carried into it from
+the last sample before its start (allocated memory stays allocated until freed).
+
+Reading the samples needs the events' args, which the index does not keep: the events are
+read back from the trace (`reduce.pipeline.memory_samples`); the rest here is arrays.
+JAX and XLA write no such events into a CPU profile's XSpace (checked on JAX 0.10's CPU
+profiles: their planes hold no memory events or allocator stats), so these series are
+PyTorch's for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MEMORY_EVENT = "[memory]"
+MB = 1e6
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
+                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu",
+                 16: "ve", 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuse1"}
+
+
+@dataclass
+class MemorySamples:
+    """The allocator's totals after each allocation or free, in time order."""
+
+    ts: np.ndarray  # µs
+    device_type: np.ndarray  # int64
+    device_id: np.ndarray  # int64
+    allocated: np.ndarray  # bytes
+    reserved: np.ndarray  # bytes
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @classmethod
+    def empty(cls) -> MemorySamples:
+        z = np.zeros(0)
+        return cls(z, z.astype(np.int64), z.astype(np.int64), z, z)
+
+
+def device_name(device_type: int, device_id: int) -> str:
+    """`cpu`, `cuda0`, …: how a series names a device (an unknown type by its number)."""
+    kind = _DEVICE_TYPES.get(int(device_type), f"device{int(device_type)}_")
+    return kind if kind == "cpu" or device_id < 0 else f"{kind}{int(device_id)}"
+
+
+def peak_per_step(samples: MemorySamples, start_us: np.ndarray, end_us: np.ndarray) -> dict[str, np.ndarray]:
+    """Per device, `memory_peak_mb_<device>`: each step's largest allocated total (MB), the
+    level carried in at its start included; NaN for a step before the device's first sample."""
+    out: dict[str, np.ndarray] = {}
+    if not len(samples) or not len(start_us):
+        return out
+    keys = np.stack([samples.device_type, samples.device_id], axis=1)
+    devices = np.unique(keys, axis=0)
+    for dtype_, did in devices.tolist():
+        mine = (samples.device_type == dtype_) & (samples.device_id == did)
+        ts, alloc = samples.ts[mine], samples.allocated[mine]
+        order = np.argsort(ts, kind="stable")
+        ts, alloc = ts[order], alloc[order]
+        lo = np.searchsorted(ts, start_us, side="left")
+        hi = np.searchsorted(ts, end_us, side="left")
+        peak = np.full(len(start_us), np.nan)
+        carried = lo > 0
+        peak[carried] = alloc[lo[carried] - 1]  # allocated when the step began
+        inside = hi > lo
+        if inside.any():
+            # The largest sample in [lo, hi) per step: a running maximum can't serve steps
+            # that overlap or come out of order, so reduceat over the steps' own ranges.
+            a, b = lo[inside], hi[inside]
+            most = np.maximum.reduceat(alloc, a) if len(alloc) else np.zeros(0)
+            # reduceat(alloc, a) runs to the next index in `a`, not to `b`: exact when the
+            # steps' ranges follow one another; otherwise take each range on its own.
+            exact = np.r_[a[1:], len(alloc)] == b
+            vals = np.where(exact, most, 0.0)
+            for k in np.flatnonzero(~exact).tolist():
+                vals[k] = alloc[a[k]:b[k]].max()
+            peak[inside] = np.fmax(peak[inside], vals)
+        out[f"memory_peak_mb_{device_name(dtype_, did)}"] = peak / MB
+    return dict(sorted(out.items()))

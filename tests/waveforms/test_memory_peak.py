@@ -1,0 +1,120 @@
+"""Peak memory per step (issue 27, item 4) from Kineto's `[memory]` events, on a real PyTorch
+run recorded with `profile_memory=True` that keeps one more 4 MiB tensor alive every step
+from step 6 on (tests/fixtures/make_compare_traces.py): `memory_peak_mb_cpu` in the CLI's
+waveforms, the route, the multi-host spread and the live sidecar's scalars."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from tb_reduce_plugin.reduce.pipeline import derive_index, index_file, memory_samples
+from tb_reduce_plugin.waveforms.memory import MemorySamples, device_name, peak_per_step
+
+RUNS = ROOT / "tests" / "fixtures" / "compare"
+MEMORY_RUN, BASE = RUNS / "memory.pt.trace.json.gz", RUNS / "base.pt.trace.json.gz"
+GROWS_FROM, KEPT_MB = 6, (4 << 20) / 1e6
+
+
+def waveforms(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tb_reduce_plugin", "waveforms", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_the_peak_grows_by_the_tensor_kept_each_step_from_the_step_that_starts_keeping() -> None:
+    r = waveforms(str(MEMORY_RUN))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert "memory_peak_mb_cpu" in rows[0]
+    peak = {int(row["step"]): float(row["memory_peak_mb_cpu"]) for row in rows}
+    before = [peak[s] for s in peak if s < GROWS_FROM]
+    assert max(before) - min(before) < 0.5 * KEPT_MB  # steady before the run starts keeping
+    grown = [peak[s + 1] - peak[s] for s in peak if s >= GROWS_FROM and s + 1 in peak]
+    assert len(grown) >= 6 and all(abs(g - KEPT_MB) < 0.05 * KEPT_MB for g in grown), grown
+    doc = json.loads(waveforms(str(MEMORY_RUN), "--format", "json").stdout)
+    assert "memory_peak_mb_cpu" in doc["series"]
+    assert [s["memory_mb"]["memory_peak_mb_cpu"] for s in doc["steps"]] == pytest.approx(list(peak.values()))
+
+
+def test_peaks_are_what_a_plain_loop_over_the_samples_finds() -> None:
+    idx = index_file(MEMORY_RUN)
+    samples = memory_samples(idx)
+    assert len(samples) > 400 and set(samples.device_type.tolist()) == {0}
+    steps = derive_index(idx)
+    got = steps.memory_mb["memory_peak_mb_cpu"]
+    order = np.argsort(samples.ts, kind="stable")
+    ts, alloc = samples.ts[order], samples.allocated[order]
+    for k in range(len(steps)):
+        a, b = steps.start_us[k], steps.end_us[k]
+        inside = [float(v) for t, v in zip(ts, alloc) if a <= t < b]
+        before = [float(v) for t, v in zip(ts, alloc) if t < a]
+        want = max(inside + before[-1:]) / 1e6
+        assert got[k] == want
+
+
+def test_steps_that_overlap_or_come_out_of_order_get_each_its_own_peak() -> None:
+    s = MemorySamples(np.array([0.0, 10, 20, 30, 40]), np.zeros(5, dtype=np.int64), np.full(5, -1, dtype=np.int64),
+                      np.array([1e6, 5e6, 2e6, 9e6, 3e6]), np.zeros(5))
+    starts, ends = np.array([25.0, 5, 5, 45, -10]), np.array([45.0, 25, 15, 50, -5])
+    got = peak_per_step(s, starts, ends)["memory_peak_mb_cpu"]
+    assert got[:4].tolist() == [9.0, 5.0, 5.0, 3.0] and np.isnan(got[4])  # before any sample: none
+    two = MemorySamples(np.array([0.0, 1.0]), np.array([1, 1]), np.array([0, 1]), np.array([1e6, 2e6]), np.zeros(2))
+    assert sorted(peak_per_step(two, np.array([0.0]), np.array([5.0]))) == ["memory_peak_mb_cuda0",
+                                                                            "memory_peak_mb_cuda1"]
+    assert device_name(0, -1) == "cpu" and device_name(1, 3) == "cuda3" and device_name(99, 0) == "device99_0"
+
+
+def test_a_trace_without_memory_events_keeps_its_series_as_they_were() -> None:
+    steps = derive_index(index_file(BASE))
+    assert steps.memory_mb == {} and not any(s.startswith("memory_peak") for s in steps.series)
+    assert "memory_mb" not in steps.to_json()["steps"][0]
+
+
+def test_memory_events_whose_args_are_not_numbers_are_left_out(tmp_path: Path) -> None:
+    events = json.loads(__import__("gzip").decompress(MEMORY_RUN.read_bytes()))
+    mem = [e for e in events["traceEvents"] if e.get("name") == "[memory]"]
+    mem[0]["args"]["Total Allocated"] = "lots"
+    mem[1]["args"] = "not an object"
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(events))
+    samples = memory_samples(index_file(path))
+    assert len(samples) == len(mem) - 2
+    r = waveforms(str(path))
+    assert r.returncode == 0 and "memory_peak_mb_cpu" in r.stdout.splitlines()[0], r.stderr
+
+
+def test_the_route_the_spread_and_the_live_scalars_carry_the_peak(tmp_path: Path) -> None:
+    from plugin_support import body_json, client, get, make_plugin
+
+    from tb_reduce_plugin.live.series import PREFIX, LiveSeries
+    from tb_reduce_plugin.waveforms.scalars import RunScalars
+
+    logs = tmp_path / "logs"
+    for host in ("a", "b"):
+        (logs / "job").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(MEMORY_RUN, logs / "job" / f"{host}.pt.trace.json.gz")
+    c = client(make_plugin(logs, tmp_path / "cache"))
+    one = body_json(get(c, "waveforms", run="job", host="a"))
+    assert "memory_peak_mb_cpu" in one["series"] and "memory_mb" in one["steps"][0]
+    both = body_json(get(c, "waveforms", run="job", hosts="a,b"))
+    assert "memory_peak_mb_cpu" in both["series"]
+    step = both["steps"][-1]["series"]["memory_peak_mb_cpu"]
+    assert step["min"] == step["max"] == one["steps"][-1]["memory_mb"]["memory_peak_mb_cpu"]
+
+    with LiveSeries(tmp_path / "live") as live:
+        steps = derive_index(index_file(MEMORY_RUN))
+        assert live.write_steps(steps, 1_796_000_000.0) == len(steps)
+        live.flush()
+        rs = RunScalars(tmp_path / "live")
+        rs.poll()
+        _, _, values = rs.series(f"{PREFIX}memory_peak_mb_cpu")
+        assert np.allclose(values, steps.memory_mb["memory_peak_mb_cpu"].astype(np.float32))
