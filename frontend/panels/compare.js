@@ -38,6 +38,15 @@ function ms(x) {
   return typeof x === 'number' && Number.isFinite(x) ? formatDuration(x * 1000) : '—';
 }
 
+function mb(x) {
+  return typeof x === 'number' && Number.isFinite(x) ? `${x.toFixed(x < 10 ? 2 : 1)} MB` : '—';
+}
+
+function signedMb(x) {
+  if (typeof x !== 'number' || !Number.isFinite(x)) return '—';
+  return x > 0 ? `+${mb(x)}` : x < 0 ? `−${mb(-x)}` : '0';
+}
+
 function signed(us) {
   if (typeof us !== 'number' || !Number.isFinite(us)) return '—';
   return us > 0 ? `+${formatDuration(us)}` : us < 0 ? `−${formatDuration(-us)}` : '0';
@@ -261,19 +270,22 @@ export class ComparePanel {
     const seriesRows = (a.series || []).map((r) => {
       const b = r.base || {};
       const c = r.candidate || {};
+      const memory = r.unit === 'MB';
+      const value = memory ? mb : ms;
+      const delta = typeof r.delta === 'number' ? r.delta : NaN;
       return el('tr', {'data-series': r.series},
-        el('td', {}, r.series),
-        el('td', {class: 'tbr-num'}, ms(b.median_ms)),
-        el('td', {class: 'tbr-num'}, ms(c.median_ms)),
-        el('td', {class: `tbr-num ${change(r.delta_ms)}`}, signed(typeof r.delta_ms === 'number' ? r.delta_ms * 1000 : NaN)),
-        el('td', {class: `tbr-num ${change(r.delta_ms)}`}, ratio(r.ratio)),
-        el('td', {class: 'tbr-num'}, ms(b.p90_ms)),
-        el('td', {class: 'tbr-num'}, ms(c.p90_ms)),
-        el('td', {class: 'tbr-num'}, c.slowest_ms === undefined ? '—' : `${ms(c.slowest_ms)} (step ${c.slowest_step})`));
+        el('td', {}, memory ? `${r.series.replace(/^memory_peak_mb_/, 'memory peak, ')} (MB)` : r.series),
+        el('td', {class: 'tbr-num'}, value(b.median)),
+        el('td', {class: 'tbr-num'}, value(c.median)),
+        el('td', {class: `tbr-num ${change(delta)}`}, memory ? signedMb(delta) : signed(delta * 1000)),
+        el('td', {class: `tbr-num ${change(delta)}`}, ratio(r.ratio)),
+        el('td', {class: 'tbr-num'}, value(b.p90)),
+        el('td', {class: 'tbr-num'}, value(c.p90)),
+        el('td', {class: 'tbr-num'}, c.slowest === undefined ? '—' : `${value(c.slowest)} (step ${c.slowest_step})`));
     });
     const series = seriesRows.length ? el('table', {class: 'tbr-agg-table tbr-cmp-series', 'data-testid': 'compare-series'},
       el('caption', {}, 'Per step: medians over the chosen steps of each, so one slow step moves them little'),
-      el('thead', {}, el('tr', {}, ['series', 'base median', 'median', 'Δ', 'ratio', 'base p90', 'p90', 'slowest'].map(
+      el('thead', {}, el('tr', {}, ['series', 'base median', 'median', 'Δ', 'ratio', 'base p90', 'p90', 'largest (step)'].map(
         (h, i) => el('th', {scope: 'col', class: i ? 'tbr-num' : ''}, h)))),
       el('tbody', {}, seriesRows)) : null;
     const rows = this.sorted();

@@ -16,7 +16,7 @@ from ..model.table import EventTable
 from ..waveforms.steps import StepSeries
 from .gate import Condition, Verdict, judge, median_of
 from .names import joined, matching_names, name_table, per_step_sums
-from .steps import BadCompare, StepRange, chosen_steps, series_values, spread, step_number, window_of
+from .steps import BadCompare, StepRange, chosen_steps, series_values, spread, step_number, unit_of, window_of
 
 
 @dataclass
@@ -71,10 +71,10 @@ def compare(base: Side, cand: Side) -> dict[str, Any]:
         b = spread(b_values[name], cand.steps.step[cand.chosen]) if name in b_values else None
         if a is None and b is None:
             continue
-        row: dict[str, Any] = {"series": name, "base": a.to_json() if a else None,
-                               "candidate": b.to_json() if b else None, "delta_ms": None, "ratio": None}
+        row: dict[str, Any] = {"series": name, "unit": unit_of(name), "base": a.to_json() if a else None,
+                               "candidate": b.to_json() if b else None, "delta": None, "ratio": None}
         if a is not None and b is not None:
-            row["delta_ms"] = b.median - a.median
+            row["delta"] = b.median - a.median
             row["ratio"] = b.median / a.median if a.median > 0 else None
         series.append(row)
     names = joined(base.names, cand.names, base.step_count if per_step else None,
@@ -99,9 +99,14 @@ def _hold(cond: Condition, base: Side, cand: Side) -> Verdict:
             known = ", ".join(dict.fromkeys([*series_values(base.steps, base.chosen),
                                              *series_values(cand.steps, cand.chosen)]))
             raise BadCompare(f"--fail-if {cond.spec}: neither trace has a series {cond.series!r}; theirs: {known}")
-        ma = median_of(a) if a is not None else 0.0
-        mb = median_of(b) if b is not None else 0.0
-        return judge(cond, ma, mb, f"median of a step over {base.step_count} and {cand.step_count} steps")
+        for side, values in ((base, a), (cand, b)):
+            if values is None:  # e.g. memory in one run only (recorded with profile_memory=True in the other)
+                raise BadCompare(f"--fail-if {cond.spec}: {side.label} has no series {cond.series!r} (the other "
+                                 f"trace has); a trace records memory with torch.profiler's profile_memory=True")
+        assert a is not None and b is not None
+        ma, mb = median_of(a), median_of(b)
+        return judge(cond, ma, mb, f"median of a step over {base.step_count} and {cand.step_count} steps",
+                     unit_of(cond.series))
     assert cond.query is not None
     ma, hits_a = _name_figure(cond, base, bool(base.step_count and cand.step_count))
     mb, hits_b = _name_figure(cond, cand, bool(base.step_count and cand.step_count))

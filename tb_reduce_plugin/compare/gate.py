@@ -3,6 +3,8 @@
     step_time:+5%               the median step time may grow by 5 % at most
     unaccounted:+2ms            a per-step series (`tb-reduce waveforms`' series, without
                                 `_ms`) may grow by 2 ms at most (units ns, us, ms, s)
+    memory_peak_mb_cpu:+100MB   a step's peak memory may grow by 100 MB at most (B, kB,
+                                MB, GB; 10^3 each) or by a per cent
     name:REGEX:self:+10%        the self time (or `wall`, or `count`) a step of the slices
                                 whose name REGEX matches (RE2, as the search's) may grow by
                                 10 % at most; `count` takes a plain number as its margin
@@ -28,8 +30,9 @@ from ..errors import BadQuery
 from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_regex
 
 NAME_FIELDS = {"self": "self_us", "wall": "wall_us", "count": "count"}
-_MARGIN = re.compile(r"^\s*\+\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%|ns|us|µs|μs|ms|s)?\s*$")
+_MARGIN = re.compile(r"^\s*\+\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%|ns|us|µs|μs|ms|s|B|kB|KB|MB|GB)?\s*$")
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "ms": 1.0, "s": 1e3}
+_UNIT_MB = {"B": 1e-6, "kB": 1e-3, "KB": 1e-3, "MB": 1.0, "GB": 1e3}
 USAGE = ("give SERIES:+N% or SERIES:+Nms (SERIES: step_time or a category of `tb-reduce waveforms`, e.g. "
          "unaccounted), or name:REGEX:self|wall|count:+N%")
 
@@ -79,14 +82,15 @@ def parse_condition(spec: str) -> Condition:
     series = series[:-3] if series.endswith("_ms") else series
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", series):
         raise ValueError(f"--fail-if {spec!r}: {series!r} is not a series name; {USAGE}")
-    percent, absolute = _margin(spec, margin_text, counts=False)
+    percent, absolute = _margin(spec, margin_text, counts=False, memory=series.startswith("memory_peak_mb_"))
     return Condition(text, series=series, percent=percent, absolute=absolute)
 
 
-def _margin(spec: str, text: str, counts: bool) -> tuple[Optional[float], Optional[float]]:
+def _margin(spec: str, text: str, counts: bool, memory: bool = False) -> tuple[Optional[float], Optional[float]]:
     m = _MARGIN.match(text)
+    units = "B, kB, MB, GB" if memory else "ns, us, ms, s"
     if m is None:
-        raise ValueError(f"--fail-if {spec!r}: the margin {text!r} is not +N% or +N with a unit (ns, us, ms, s)"
+        raise ValueError(f"--fail-if {spec!r}: the margin {text!r} is not +N% or +N with a unit ({units})"
                          + (" or a plain +N slices" if counts else ""))
     value, unit = float(m.group(1)), m.group(2)
     if not math.isfinite(value):
@@ -98,8 +102,13 @@ def _margin(spec: str, text: str, counts: bool) -> tuple[Optional[float], Option
             raise ValueError(f"--fail-if {spec!r}: a count's margin is +N% or +N (slices), not a time")
         return None, value
     if unit is None:
-        raise ValueError(f"--fail-if {spec!r}: give the margin's unit: +{m.group(1)}ms, or a per cent")
-    return None, value * _UNIT_MS[unit]
+        raise ValueError(f"--fail-if {spec!r}: give the margin's unit: +{m.group(1)}{'MB' if memory else 'ms'}, "
+                         "or a per cent")
+    table = _UNIT_MB if memory else _UNIT_MS
+    if unit not in table:
+        raise ValueError(f"--fail-if {spec!r}: {'memory' if memory else 'a time'} takes a margin in {units}, "
+                         f"not {unit}")
+    return None, value * table[unit]
 
 
 @dataclass(frozen=True)
@@ -117,9 +126,10 @@ class Verdict:
                 "failed": self.failed, "line": self.line}
 
 
-def judge(cond: Condition, base: float, candidate: float, how: str) -> Verdict:
+def judge(cond: Condition, base: float, candidate: float, how: str, unit: str = "ms") -> Verdict:
     """Whether `candidate` exceeds `base` by more than the condition's margin; `how` says
-    what the figures are (`median a step over 12 and 12 steps`, `totals`)."""
+    what the figures are (`median a step over 12 and 12 steps`, `totals`), `unit` in what
+    (ms, MB; a count of slices has none)."""
     if cond.percent is not None:
         limit = base * (1 + cond.percent / 100.0)
         failed = candidate > limit if base > 0 else candidate > 0
@@ -127,8 +137,10 @@ def judge(cond: Condition, base: float, candidate: float, how: str) -> Verdict:
     else:
         assert cond.absolute is not None
         failed = candidate > base + cond.absolute
-        margin = f"+{cond.absolute:g}" + ("" if cond.field == "count" and cond.series is None else " ms")
-    unit = "" if cond.series is None and cond.field == "count" else " ms"
+    shown = "" if cond.series is None and cond.field == "count" else f" {unit}"
+    if cond.percent is None:
+        margin = f"+{cond.absolute:g}{shown}"
+    unit = shown
     change = f"{(candidate / base - 1) * 100:+.1f}%" if base > 0 else ("new" if candidate > 0 else "none")
     line = (f"{'FAIL' if failed else 'pass'} {cond.label}: {_num(base)}{unit} → {_num(candidate)}{unit} "
             f"({change}; allowed {margin}), {how}")

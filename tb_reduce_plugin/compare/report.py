@@ -16,14 +16,15 @@ def table_text(doc: dict[str, Any], limit: Optional[int]) -> str:
     """The comparison as an aligned plain-text table."""
     out = [_side_line("base", doc["base"]), _side_line("candidate", doc["candidate"]), ""]
     if doc["series"]:
-        out.append(f"{'per step (ms)':<22}{'base':>10}{'cand':>10}{'Δ':>10}{'ratio':>9}"
-                   f"{'p90 base':>10}{'p90 cand':>10}  slowest cand (step)")
+        out.append(f"{'per step':<26}{'base':>10}{'cand':>10}{'Δ':>10}{'ratio':>9}"
+                   f"{'p90 base':>10}{'p90 cand':>10}  largest cand (step)")
         for r in doc["series"]:
             a, b = r["base"], r["candidate"]
-            slowest = f"{_ms(b['slowest_ms'])} ({b['slowest_step']})" if b else "-"
-            out.append(f"{r['series'][:21]:<22}{_ms(a and a['median_ms']):>10}{_ms(b and b['median_ms']):>10}"
-                       f"{_signed(r['delta_ms']):>10}{_ratio(r['ratio']):>9}"
-                       f"{_ms(a and a['p90_ms']):>10}{_ms(b and b['p90_ms']):>10}  {slowest}")
+            slowest = f"{_ms(b['slowest'])} ({b['slowest_step']})" if b else "-"
+            label = f"{r['series']} ({r['unit']})"
+            out.append(f"{label[:25]:<26}{_ms(a and a['median']):>10}{_ms(b and b['median']):>10}"
+                       f"{_signed(r['delta']):>10}{_ratio(r['ratio']):>9}"
+                       f"{_ms(a and a['p90']):>10}{_ms(b and b['p90']):>10}  {slowest}")
         out.append("")
     names = doc["names"]
     shown = names if limit is None else names[:limit]
@@ -51,13 +52,13 @@ CSV_HEADER = ["kind", "name", "unit", "base", "candidate", "delta", "ratio", "ba
 
 
 def csv_rows(doc: dict[str, Any]) -> list[list[Any]]:
-    """One row per series (medians a step, ms), then one per name (self time, ms; a step
+    """One row per series (medians a step, ms or MB), then one per name (self time, ms; a step
     where both sides have steps), as `CSV_HEADER` names the columns."""
     rows: list[list[Any]] = []
     for r in doc["series"]:
         a, b = r["base"], r["candidate"]
-        rows.append(["series", r["series"], "median ms per step", a and a["median_ms"], b and b["median_ms"],
-                     r["delta_ms"], r["ratio"], a and a["steps"], b and b["steps"], ""])
+        rows.append(["series", r["series"], f"median {r['unit']} per step", a and a["median"], b and b["median"],
+                     r["delta"], r["ratio"], a and a["steps"], b and b["steps"], ""])
     unit = "self ms per step" if doc["per_step"] else "self ms"
     for r in doc["names"]:
         a, b = r["base"], r["candidate"]

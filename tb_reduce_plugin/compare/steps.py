@@ -78,16 +78,25 @@ def window_of(series: StepSeries, chosen: np.ndarray) -> Optional[tuple[float, f
 
 
 def series_values(series: StepSeries, chosen: np.ndarray) -> dict[str, np.ndarray]:
-    """Each series of the chosen steps, by its name without `_ms` (`step_time`, `compute`…), in ms."""
+    """Each series of the chosen steps: times by their name without `_ms` (`step_time`,
+    `compute`…) in ms, then peak memory per device (`memory_peak_mb_cpu`…) in MB."""
     out = {"step_time": series.step_time_ms[chosen]}
     for category, values in series.busy_ms.items():
         out[category] = values[chosen]
+    for name, values in series.memory_mb.items():
+        out[name] = values[chosen]
     return out
+
+
+def unit_of(series: str) -> str:
+    """What a series is measured in: MB for peak memory, ms for every time."""
+    return "MB" if series.startswith("memory_peak_mb_") else "ms"
 
 
 @dataclass(frozen=True)
 class Spread:
-    """A series over the chosen steps: how many have a value, median, p90, the slowest."""
+    """A series over the chosen steps: how many have a value, median, p90, the largest (the
+    slowest step, for a time) and its step."""
 
     steps: int
     median: float
@@ -96,7 +105,7 @@ class Spread:
     slowest_step: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "median_ms": self.median, "p90_ms": self.p90, "slowest_ms": self.slowest,
+        return {"steps": self.steps, "median": self.median, "p90": self.p90, "slowest": self.slowest,
                 "slowest_step": self.slowest_step}
 
 

@@ -45,14 +45,14 @@ def test_an_extra_matmul_a_step_is_the_first_name_and_the_step_time_doubles() ->
     step = next(r for r in doc["series"] if r["series"] == "step_time")
     assert step["ratio"] > 1.5 and step["base"]["steps"] == step["candidate"]["steps"] == 12
     compute = next(r for r in doc["series"] if r["series"] == "compute")
-    assert compute["delta_ms"] > 0.8 * step["delta_ms"]  # the matmul is compute: the category says so too
+    assert compute["delta"] > 0.8 * step["delta"]  # the matmul is compute: the category says so too
 
 
 def test_a_sleep_in_the_data_loading_shows_as_unaccounted_time_and_its_annotation_heads_the_names() -> None:
     doc, _ = as_json(str(BASE), str(SLOW_LOADER))
     series = {r["series"]: r for r in doc["series"]}
-    assert series["unaccounted"]["delta_ms"] > 10  # 15 ms of sleep a step, no op
-    assert series["compute"]["delta_ms"] < 0.3 * series["unaccounted"]["delta_ms"]
+    assert series["unaccounted"]["delta"] > 10  # 15 ms of sleep a step, no op
+    assert series["compute"]["delta"] < 0.3 * series["unaccounted"]["delta"]
     assert work(doc)[0]["name"] == "data"  # the record_function the sleep is in
 
 
@@ -73,7 +73,7 @@ def test_the_gate_fails_the_slowed_runs_and_passes_a_rerun_of_the_baseline() -> 
 def test_a_trace_compared_with_itself_changes_nothing_and_passes_a_zero_margin() -> None:
     doc, err = as_json(str(BASE), str(BASE), "--fail-if", "step_time:+0%", "--fail-if", "name:.:count:+0")
     assert all(r["delta_self_us"] == 0 and r["only_in"] is None for r in doc["names"])
-    assert all(r["delta_ms"] == 0 for r in doc["series"])
+    assert all(r["delta"] == 0 for r in doc["series"])
     assert [g["failed"] for g in doc["gate"]] == [False, False], err
     assert doc["base"]["trace"] == doc["candidate"]["trace"] == str(BASE)  # one file name twice: named by path
 
@@ -219,3 +219,32 @@ def test_pytorch_markers_are_joined_across_their_numbers_and_listed_last() -> No
     assert steps["base"]["count"] == 1  # a step each step
     assert doc["names"][-len(markers):] == markers
     assert not any(r["name"].startswith("ProfilerStep#") and r["name"] != "ProfilerStep#*" for r in doc["names"])
+
+
+MEMORY = RUNS / "memory.pt.trace.json.gz"
+
+
+def test_peak_memory_compares_in_mb_and_gates_a_run_that_holds_more(tmp_path: Path) -> None:
+    """The memory run against a copy of itself whose allocator totals are doubled (the
+    same steps holding twice the memory): the series is in MB, the gate fails it by
+    MB or per cent, passes the run against itself, and refuses a run that records none."""
+    doubled = tmp_path / "doubled.pt.trace.json.gz"
+    events = json.loads(gzip.decompress(MEMORY.read_bytes()))
+    for e in events["traceEvents"]:
+        if e.get("name") == "[memory]":
+            e["args"]["Total Allocated"] *= 2
+    doubled.write_bytes(gzip.compress(json.dumps(events).encode()))
+    doc, _ = as_json(str(MEMORY), str(doubled))
+    row = next(r for r in doc["series"] if r["series"] == "memory_peak_mb_cpu")
+    assert row["unit"] == "MB" and row["ratio"] == pytest.approx(2.0)
+    assert row["base"]["median"] > 5 and row["candidate"]["slowest"] == pytest.approx(2 * row["base"]["slowest"])
+    worse = run(str(MEMORY), str(doubled), "--fail-if", "memory_peak_mb_cpu:+5MB", "--fail-if",
+                "memory_peak_mb_cpu:+50%")
+    assert worse.returncode == 1 and worse.stderr.count("FAIL memory_peak_mb_cpu") == 2, worse.stderr
+    assert " MB → " in worse.stderr
+    same = run(str(MEMORY), str(MEMORY), "--fail-if", "memory_peak_mb_cpu:+0%")
+    assert same.returncode == 0, same.stderr
+    none = run(str(BASE), str(MEMORY), "--fail-if", "memory_peak_mb_cpu:+5MB")
+    assert none.returncode == 2 and "profile_memory=True" in none.stderr, none.stderr
+    bad = run(str(MEMORY), str(doubled), "--fail-if", "memory_peak_mb_cpu:+5ms")
+    assert bad.returncode == 2 and "B, kB, MB, GB" in bad.stderr, bad.stderr

@@ -30,6 +30,9 @@ BASE = ROOT / "tests" / "fixtures" / "compare" / "base.pt.trace.json.gz"
     ("name:aten::mm:self:+10%", None, "aten::mm", "self_us", 10.0, None),
     ("name:nccl|gloo:wall:+3ms", None, "nccl|gloo", "wall_us", None, 3.0),
     ("name:^aten::(add|mul)$:count:+2", None, "^aten::(add|mul)$", "count", None, 2.0),
+    ("memory_peak_mb_cpu:+100MB", "memory_peak_mb_cpu", None, "self_us", None, 100.0),
+    ("memory_peak_mb_cuda0:+2GB", "memory_peak_mb_cuda0", None, "self_us", None, 2000.0),
+    ("memory_peak_mb_cpu:+500kB", "memory_peak_mb_cpu", None, "self_us", None, 0.5),
 ])
 def test_conditions_are_read_as_written(spec, series, pattern, field, percent, absolute) -> None:
     c = parse_condition(spec)
@@ -39,7 +42,8 @@ def test_conditions_are_read_as_written(spec, series, pattern, field, percent, a
 
 @pytest.mark.parametrize("spec", ["step_time", "step_time:5%", "step_time:-5%", "step time:+5%", "step_time:+5",
                                   "name:x:self:+5", "name:x:count:+5ms", "name:x:+5%", "name::self:+5%",
-                                  "name:(:self:+5%", "step_time:+inf%", "step_time:+nan%"])
+                                  "name:(:self:+5%", "step_time:+inf%", "step_time:+nan%", "step_time:+5MB",
+                                  "memory_peak_mb_cpu:+5ms", "memory_peak_mb_cpu:+5"])
 def test_a_condition_that_is_not_one_is_refused_with_a_line_naming_it(spec: str) -> None:
     with pytest.raises(ValueError) as got:
         parse_condition(spec)
