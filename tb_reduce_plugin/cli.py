@@ -633,7 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(a run the plugin shows; the newest --keep stay), its per-step series appended to TensorBoard "
                     "scalars in LOGDIR/live/series/<source>/ (one run per source), and its raw file kept in a ring "
                     "bounded by --ring-mb. When a trigger "
-                    "fires (step:Kx, stall:DURATION, name:REGEX:DURATION; default step:2x and stall:250ms), the raw "
+                    "fires (step:Kx, series:NAME:Kx, stall:DURATION, name:REGEX:DURATION; default step:2x and stall:250ms), "
+                    "the raw "
                     "windows from --before to --after around it are kept as LOGDIR/live/<window>-anomaly-<time>-<kind>/ "
                     "with anomaly.json.")
     v.add_argument("--logdir", required=True, type=_file_name, help="TensorBoard's logdir (windows go to LOGDIR/live/)")
@@ -650,7 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--ring-mb", type=_ring_megabytes, default=2048.0,
                    help=f"raw windows kept on disk, at most (MB, in whole disk blocks; at least {RING_MIN_MB:g})")
     v.add_argument("--trigger", action="append", default=None, metavar="SPEC", type=_trigger_spec,
-                   help="step:2x, stall:250ms or name:REGEX:300ms, REGEX in RE2 syntax as the search's (repeatable; "
+                   help="step:2x, series:NAME:Kx (a waveforms series, e.g. series:communication_ms:1.5x), stall:250ms or "
+                        "name:REGEX:300ms, REGEX in RE2 syntax as the search's (repeatable; "
                         "any replaces the defaults)")
     v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
     v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")

@@ -1,7 +1,7 @@
 """Triggers: what makes the drive recorder keep a raw window (SPEC §7).
 
 Everything the sidecar captures is kept reduced; a raw window is kept only when a
-trigger fires on it. Three kinds, each given as a spec (`--trigger`, repeatable):
+trigger fires on it. Four kinds, each given as a spec (`--trigger`, repeatable):
 
 - `step:Kx` — a step took more than K × the median of the previous 20 steps. The
   previous steps span windows (`StepHistory`), so the first step of a window is
@@ -9,6 +9,12 @@ trigger fires on it. Three kinds, each given as a spec (`--trigger`, repeatable)
   previous steps does not fire: a median of one or two steps is no baseline. The
   baseline is a median, so the run's slow first steps (below) only raise it while
   they are among the previous steps: they can hide an anomaly then, never make one.
+- `series:NAME:Kx` — a step's value of the per-step series NAME (`tb-reduce waveforms`'
+  series: `communication_ms`, `unaccounted_ms`, `memory_peak_mb_cpu`, …; a category may
+  be named without `_ms`) was more than K × its median over the previous 20 steps: the
+  step trigger's rule on any series, with the same history, warm-up and runs (`step:Kx`
+  is `series:step_time_ms:Kx`). A step whose value is missing (a category the window
+  does not have, memory not recorded) is neither judged nor a baseline.
 - `stall:T` — while a step runs, no new slice begins for longer than T on the main
   thread (the track of the step markers) or on a device. Measured per step as the
   largest gap between consecutive slice starts inside it, counting the step's start
@@ -95,7 +101,7 @@ from ..errors import BadQuery, TraceError
 from ..model.table import EventTable
 from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_regex, name_text
 from ..reduce.shared import slices_of
-from ..waveforms.categories import device_tracks
+from ..waveforms.categories import CATEGORIES, device_tracks
 from ..waveforms.steps import MARKER_STEPS_LINE, StepSeries, derive
 
 HISTORY = 20  # previous steps a step's time is compared with
@@ -111,11 +117,15 @@ DEFAULT_COOLDOWN_S = 60.0
 _CHUNK_POINTS = 4_000_000  # stall: points handled per vectorised pass (bounds memory on overlapping steps)
 REASON_NAME_CHARS = 200  # of a slice's name in a firing's reason (a name may be megabytes long)
 
-STEP, STALL, NAME = "step", "stall", "name"
+STEP, STALL, NAME, SERIES = "step", "stall", "name", "series"
 _UNITS_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "μs": 1.0, "ms": 1e3, "s": 1e6}  # micro sign and Greek mu
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|μs|ms|s)\s*$")
 _FACTOR = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*x\s*$")
-_USAGE = "use step:Kx (e.g. step:2x), stall:DURATION (e.g. stall:250ms) or name:REGEX:DURATION (e.g. name:nccl:300ms)"
+_USAGE = ("use step:Kx (e.g. step:2x), series:NAME:Kx (e.g. series:communication_ms:1.5x), stall:DURATION "
+          "(e.g. stall:250ms) or name:REGEX:DURATION (e.g. name:nccl:300ms)")
+# The series a `series:` trigger may name: step time, each category's busy time, and peak memory per device.
+_TIME_SERIES = ("step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms", "unaccounted_ms")
+_MEMORY_SERIES = re.compile(r"^memory_peak_mb_[a-z0-9_]+$")
 
 
 class TriggerError(TraceError):
@@ -174,6 +184,8 @@ class StepHistory:
     def __init__(self, times_ms: Iterable[float] = (), size: int = HISTORY, seen: Optional[int] = None) -> None:
         self._times: deque[float] = deque(maxlen=size)
         self.extend(times_ms)
+        # Every other series' last values (`series:` triggers' baselines), as the step times are kept.
+        self._series: dict[str, deque[float]] = {}
         # Steps of this run seen so far: by default those whose times are given (a history of
         # 20 steps is one past its run's warm-up).
         self.seen = len(self._times) if seen is None else max(int(seen), 0)
@@ -189,6 +201,16 @@ class StepHistory:
 
     def times(self) -> list[float]:
         return list(self._times)
+
+    def series_values(self, name: str) -> list[float]:
+        """The last values of a series (`series:NAME:Kx`'s baseline); step time is `times()`."""
+        if name == "step_time_ms":
+            return self.times()
+        return list(self._series.get(name, ()))
+
+    def extend_series(self, name: str, values: Iterable[float]) -> None:
+        kept = self._series.setdefault(name, deque(maxlen=self.size))
+        kept.extend(float(x) for x in values if math.isfinite(x))
 
     @property
     def size(self) -> int:
@@ -229,13 +251,14 @@ class StepHistory:
 
     def _new_run(self) -> None:
         self._times.clear()
+        self._series.clear()
         self.seen = 0
         self.highest = None
 
     def to_json(self) -> dict[str, Any]:
         """For a sidecar that keeps its baseline, warm-up count and judged steps across restarts
         (strict JSON: non-finite keys are left out, they never match anyway)."""
-        return {"times": self.times(), "seen": self.seen,
+        return {"times": self.times(), "series": {k: list(v) for k, v in self._series.items()}, "seen": self.seen,
                 "highest": self.highest if self.highest is not None and math.isfinite(self.highest) else None,
                 "judged": [[i, s, t] for i, s, t in self._judged if math.isfinite(s) and math.isfinite(t)],
                 "named": [[i, k, a, b] for i, k, a, b in self._named if math.isfinite(a) and math.isfinite(b)]}
@@ -254,6 +277,10 @@ class StepHistory:
         h = cls(times, seen=seen if _is_number(seen) and math.isfinite(seen) else None)
         if _is_number(doc.get("highest")) and math.isfinite(doc["highest"]):
             h.highest = float(doc["highest"])
+        series = doc.get("series")
+        for name, values in (series.items() if isinstance(series, dict) else ()):
+            if isinstance(name, str) and len(name) <= 200 and isinstance(values, list) and len(h._series) < 64:
+                h.extend_series(name, _numbers(values))
         for key in doc.get("judged") if isinstance(doc.get("judged"), list) else []:
             if (isinstance(key, list) and len(key) == 3 and all(_is_number(x) for x in key)
                     and isinstance(key[0], int)):
@@ -288,15 +315,21 @@ class Trigger:
     kind: str
     factor: float = 0.0  # step: K
     threshold_us: float = 0.0  # stall, name: T
-    pattern: Optional[str] = None  # name: REGEX
+    pattern: Optional[str] = None  # name: REGEX; series: the series' name
     query: Optional[NameQuery] = field(default=None, compare=False, repr=False)  # name: REGEX compiled by RE2
+
+    @property
+    def series_name(self) -> str:
+        """The series a step or series trigger judges (`step_time_ms` for `step:Kx`)."""
+        return self.pattern if self.kind == SERIES and self.pattern else "step_time_ms"
 
     def check(self, table: EventTable, steps: StepSeries, history: StepHistory) -> list[Firing]:
         """The firings in `table` (whose steps are `steps`), every step judged: the measurement
         alone. `history` is read (the step baseline), never changed; skipping the warm-up and
         the steps judged already is `evaluate`'s."""
-        if self.kind == STEP:
-            out = _check_step(self, steps, history.times(), history.size)
+        if self.kind in (STEP, SERIES):
+            out = _check_step(self, steps, history.series_values(self.series_name), history.size,
+                              values=series_of(steps, self.series_name))
         elif self.kind == STALL:
             out = _check_stall(self, table, steps)
         else:
@@ -320,6 +353,25 @@ def parse_trigger(spec: str) -> Trigger:
         if not (factor > 0 and math.isfinite(factor)):
             raise TriggerError(f"trigger {spec!r}: the factor must be above 0")
         return Trigger(text, STEP, factor=factor)
+    if kind == SERIES:
+        name, sep, factor_text = rest.rpartition(":")
+        if not sep or not name:
+            raise TriggerError(f"trigger {spec!r}: the series trigger wants series:NAME:Kx, e.g. "
+                               f"series:communication_ms:1.5x")
+        name = name.strip()
+        if name not in _TIME_SERIES and not _MEMORY_SERIES.match(name) and f"{name}_ms" in _TIME_SERIES:
+            name = f"{name}_ms"  # a category named as `waveforms` columns name it, less `_ms`
+        if name not in _TIME_SERIES and not _MEMORY_SERIES.match(name):
+            raise TriggerError(f"trigger {spec!r}: no series {name[:80]!r}; the series are "
+                               f"{', '.join(_TIME_SERIES)} and memory_peak_mb_<device> (e.g. memory_peak_mb_cuda0)")
+        m = _FACTOR.match(factor_text)
+        if not m:
+            raise TriggerError(f"trigger {spec!r}: the series trigger wants a factor like 2x or 1.5x, not "
+                               f"{factor_text!r}")
+        factor = float(m.group(1))
+        if not (factor > 0 and math.isfinite(factor)):
+            raise TriggerError(f"trigger {spec!r}: the factor must be above 0")
+        return Trigger(text, SERIES, factor=factor, pattern=name)
     if kind == STALL:
         return Trigger(text, STALL, threshold_us=_duration_us(spec, rest))
     if kind == NAME:
@@ -380,7 +432,7 @@ def evaluate(triggers: Sequence[Trigger], index_or_table: Any, history: StepHist
     judged = plan.new[~plan.warm]  # indices into `steps` of the steps judged now
     out: list[Firing] = []
     for trigger in triggers:
-        if trigger.kind == STEP:
+        if trigger.kind in (STEP, SERIES):
             fired = _check_step_runs(trigger, steps, history, plan)
         elif trigger.kind == STALL:
             fired = _check_stall(trigger, table, _subset(steps, judged))
@@ -469,6 +521,9 @@ def _commit(history: StepHistory, steps: StepSeries, plan: _Plan, source: Option
         run = new[max(last, 0):]
         times = steps.step_time_ms[run]
         history.extend(times[np.isfinite(times)][-history.size:].tolist())
+        for name, values in _other_series(steps).items():
+            v = values[run]
+            history.extend_series(name, v[np.isfinite(v)][-history.size:].tolist())
         tail = new[-JUDGED_KEEP:] if source is not None else new[:0]
         for s, t in zip(steps.step[tail].tolist(), steps.start_us[tail].tolist()):
             if math.isfinite(s) and math.isfinite(t):
@@ -479,7 +534,21 @@ def _commit(history: StepHistory, steps: StepSeries, plan: _Plan, source: Option
 def _subset(steps: StepSeries, idx: np.ndarray) -> StepSeries:
     """The steps at `idx` (in that order), as a series of their own."""
     return replace(steps, step=steps.step[idx], start_us=steps.start_us[idx], end_us=steps.end_us[idx],
-                   busy_ms={c: v[idx] for c, v in steps.busy_ms.items()})
+                   busy_ms={c: v[idx] for c, v in steps.busy_ms.items()},
+                   memory_mb={c: v[idx] for c, v in steps.memory_mb.items()})
+
+
+def _other_series(steps: StepSeries) -> dict[str, np.ndarray]:
+    """Every series but step time, by its name (`compute_ms`, `memory_peak_mb_cpu`, …)."""
+    return {**{f"{c}_ms": v for c, v in steps.busy_ms.items()}, **steps.memory_mb}
+
+
+def series_of(steps: StepSeries, name: str) -> np.ndarray:
+    """A step series' values by name; all NaN where the window does not have it."""
+    if name == "step_time_ms":
+        return steps.step_time_ms
+    found = _other_series(steps).get(name)
+    return found if found is not None else np.full(len(steps), np.nan)
 
 
 # ---- step:Kx -------------------------------------------------------------------------
@@ -489,20 +558,23 @@ def _check_step_runs(trigger: Trigger, steps: StepSeries, history: StepHistory, 
     """`step:Kx` on a window's new steps, run by run: a step after a restart is judged
     against its own run's steps only; warm-up steps are measured (they are the next
     steps' baseline) but never fire."""
-    return _check_step(trigger, _subset(steps, plan.new), history.times(), history.size, judge=~plan.warm,
-                       run_start=plan.run_start)
+    sub = _subset(steps, plan.new)
+    return _check_step(trigger, sub, history.series_values(trigger.series_name), history.size, judge=~plan.warm,
+                       run_start=plan.run_start, values=series_of(sub, trigger.series_name))
 
 
 def _check_step(trigger: Trigger, steps: StepSeries, past_ms: Sequence[float], size: int,
-                judge: Optional[np.ndarray] = None, run_start: Optional[np.ndarray] = None) -> list[Firing]:
+                judge: Optional[np.ndarray] = None, run_start: Optional[np.ndarray] = None,
+                values: Optional[np.ndarray] = None) -> list[Firing]:
     """Each step against the median of the `size` before it (`past_ms`, then the window's
     earlier steps); only the steps `judge` marks (all when None) may fire. `run_start`
     (per step, the window position where its run began, -1 before the window): the
-    steps before that are no baseline for it."""
+    steps before that are no baseline for it. `values`: the series judged (step time
+    when None; a `series:` trigger's series)."""
     n = len(steps)
     if not n:
         return []
-    times = steps.step_time_ms
+    times = steps.step_time_ms if values is None else values
     past = np.asarray(past_ms, dtype=np.float64)[-size:] if len(past_ms) else np.zeros(0)
     # Row i: the `size` times before window step i (the history, then this window's
     # earlier steps), NaN-padded where fewer exist.
@@ -526,13 +598,20 @@ def _check_step(trigger: Trigger, steps: StepSeries, past_ms: Sequence[float], s
         median[part] = np.nanmedian(rows[part], axis=1)
     fire = np.flatnonzero(ok & (times > trigger.factor * median))
     out = []
+    name = trigger.series_name
+    unit = "MB" if _MEMORY_SERIES.match(name) else "ms"
     for i in fire.tolist():
         t, med, k = float(times[i]), float(median[i]), int(count[i])
         ratio = f"{t / med:.1f}×" if med > 0 else "∞×"
         step = float(steps.step[i])
-        out.append(Firing(trigger.spec, STEP, t, trigger.factor * med, float(steps.start_us[i]), float(steps.end_us[i]),
-                          step, f"step {_shown(step)} took {t:.1f} ms, {ratio} the median {med:.1f} ms of the "
-                          f"previous {k} steps (threshold {trigger.factor:g}× = {trigger.factor * med:.1f} ms)"))
+        if trigger.kind == STEP:
+            reason = (f"step {_shown(step)} took {t:.1f} ms, {ratio} the median {med:.1f} ms of the "
+                      f"previous {k} steps (threshold {trigger.factor:g}× = {trigger.factor * med:.1f} ms)")
+        else:
+            reason = (f"step {_shown(step)}: {name} was {t:.1f} {unit}, {ratio} its median {med:.1f} {unit} over the "
+                      f"previous {k} steps (threshold {trigger.factor:g}× = {trigger.factor * med:.1f} {unit})")
+        out.append(Firing(trigger.spec, trigger.kind, t, trigger.factor * med, float(steps.start_us[i]),
+                          float(steps.end_us[i]), step, reason, unit=unit))
     return out
 
 
@@ -792,7 +871,7 @@ def summarize_suppressed(firings: Sequence[Firing]) -> Optional[str]:
 
 def _largest(f: Firing) -> str:
     shown = f"{f.value:.1f} {f.unit}" if math.isfinite(f.value) else str(f.value)
-    if f.kind == STEP:
+    if f.kind in (STEP, SERIES):
         try:
             factor = parse_trigger(f.trigger).factor
         except TriggerError:
