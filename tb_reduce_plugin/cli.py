@@ -403,6 +403,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     sidecar = Sidecar(LiveConfig(logdir=args.logdir, watch=args.watch, every_s=args.every, level=args.level,
                                  keep=args.keep, ring_mb=args.ring_mb, triggers=args.trigger or None,
+                                 baseline=args.baseline,
                                  before_s=args.before, after_s=args.after, max_per_hour=args.max_per_hour,
                                  cooldown_s=args.cooldown, max_memory_mb=args.max_memory_mb,
                                  keep_anomalies=args.keep_anomalies, move_raw=args.source in ("torch", "jax")))
@@ -651,9 +652,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--ring-mb", type=_ring_megabytes, default=2048.0,
                    help=f"raw windows kept on disk, at most (MB, in whole disk blocks; at least {RING_MIN_MB:g})")
     v.add_argument("--trigger", action="append", default=None, metavar="SPEC", type=_trigger_spec,
-                   help="step:2x, series:NAME:Kx (a waveforms series, e.g. series:communication_ms:1.5x), stall:250ms or "
+                   help="step:2x, series:NAME:Kx (a waveforms series, e.g. series:communication_ms:1.5x), "
+                        "baseline:SERIES:+MARGIN (with --baseline), stall:250ms or "
                         "name:REGEX:300ms, REGEX in RE2 syntax as the search's (repeatable; "
                         "any replaces the defaults)")
+    v.add_argument("--baseline", default=None, metavar="TRACE",
+                   help="a trace of the run each window is compared with by baseline:SERIES:+MARGIN triggers "
+                        "(e.g. baseline:step_time:+10%%): the run before a change")
     v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
     v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")
     v.add_argument("--max-per-hour", type=_positive, default=6,

@@ -40,15 +40,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..budget import machine_memory_bytes
+from ..budget import MemoryBudget, machine_memory_bytes
 from ..errors import TraceError, display_name
 from ..formats.logdir import split_trace_name
 from ..formats.sources import open_regular
+from ..reduce.pipeline import derive_index, index_file
 from .anomalies import prune_anomalies
 from .capture import OVERHEAD_SUFFIX
 from .ring import RawRing, RingError
 from .series import SourceSeries, source_of
-from .triggers import Firing, RateLimiter, StepHistory, evaluate, parse_triggers, summarize_suppressed
+from .triggers import BASELINE, Baseline, Firing, RateLimiter, StepHistory, evaluate, parse_triggers, summarize_suppressed
 from .watch import Ready, Watcher
 from .windows import CRASH_LIMIT, LIVE_FOLDER, LiveWriteError, RawKey, WindowRecord, WindowWriter, window_time
 
@@ -102,6 +103,7 @@ class LiveConfig:
     keep: int = 50
     ring_mb: float = 2048.0
     triggers: Optional[Sequence[str]] = None  # None: the defaults (step:2x, stall:250ms)
+    baseline: Optional[str] = None  # a trace of the run `baseline:` triggers compare each window with
     before_s: float = 10.0  # raw windows kept before an anomaly
     after_s: float = 10.0  # and after it
     settle_s: float = 1.0  # a file unchanged this long is complete
@@ -140,6 +142,7 @@ class Sidecar:
         if cfg.max_memory_mb is not None and not cfg.max_memory_mb > 0:
             raise TraceError(f"max_memory_mb must be above 0, not {cfg.max_memory_mb!r}")
         self.memory_bytes = int(cfg.max_memory_mb * 1024 * 1024) if cfg.max_memory_mb else default_memory_bytes()
+        self.baseline = self._baseline()
         self.writer = WindowWriter(self.logdir, keep=cfg.keep, level=cfg.level, max_memory_bytes=self.memory_bytes)
         for key in self.writer.refused_on_resume:
             log.warning("tb-reduce live: %s: not tried again: reducing it ended the sidecar %d times",
@@ -297,7 +300,8 @@ class Sidecar:
         window, not one per firing."""
         if record.table is None:
             return
-        firings = evaluate(self.triggers, record.table, self.history, steps=record.steps, source=raw_path)
+        firings = evaluate(self.triggers, record.table, self.history, steps=record.steps, source=raw_path,
+                           baseline=self.baseline)
         held = []
         for firing in firings:
             if not self.limiter.allow(firing, time.monotonic()):  # a much larger one breaks through a cool-down
@@ -309,6 +313,31 @@ class Sidecar:
         line = summarize_suppressed(held)
         if line is not None:
             log.info("tb-reduce live: %s: %s", record.name, line)
+
+    def _baseline(self) -> Optional[Baseline]:
+        """The `--baseline` run's medians, read once at start; `baseline:` triggers need one."""
+        wanted = [t.spec for t in self.triggers if t.kind == BASELINE]
+        path = self.config.baseline
+        if path is None:
+            if wanted:
+                raise TraceError(f"trigger {wanted[0]!r} compares with a baseline run: give --baseline "
+                                 f"(a trace of that run)")
+            return None
+        if os.path.isdir(path):
+            found = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if split_trace_name(f))
+            if len(found) != 1:
+                raise TraceError(f"--baseline {display_name(path)}: give one trace file ({len(found)} traces in "
+                                 f"this folder)")
+            path = found[0]
+        with MemoryBudget(self.memory_bytes, flag="--max-memory-mb").account("reading the baseline") as account:
+            index = index_file(path, account=account)
+            steps = derive_index(index)
+        if not len(steps):
+            raise TraceError(f"--baseline {display_name(path)}: {steps.reason}")
+        base = Baseline.of(display_name(os.path.basename(path)), steps)
+        log.info("tb-reduce live: baseline %s: %d steps, median step time %.1f ms", base.name, base.steps,
+                 base.medians.get("step_time_ms", math.nan))
+        return base
 
     def _series(self) -> Optional[SourceSeries]:
         """The live scalars' writer (one run per source), opened on first use; None when

@@ -15,6 +15,12 @@ trigger fires on it. Four kinds, each given as a spec (`--trigger`, repeatable):
   step trigger's rule on any series, with the same history, warm-up and runs (`step:Kx`
   is `series:step_time_ms:Kx`). A step whose value is missing (a category the window
   does not have, memory not recorded) is neither judged nor a baseline.
+- `baseline:SERIES:+MARGIN` — with `--baseline RUN` (a trace of the run a change is
+  measured against): the median over a window's judged steps of a per-step series
+  exceeds the baseline run's median of it by more than MARGIN (`+10%`, `+5ms`, `+100MB`:
+  the regression gate's conditions, `tb-reduce diff --fail-if`). One firing per window;
+  a window needs `MIN_BASELINE_STEPS` (3) judged steps, so one slow step is no regression.
+  The baseline's medians leave out its own first `WARMUP_STEPS` steps when it has more.
 - `stall:T` — while a step runs, no new slice begins for longer than T on the main
   thread (the track of the step markers) or on a device. Measured per step as the
   largest gap between consecutive slice starts inside it, counting the step's start
@@ -97,6 +103,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from ..compare.gate import judge, parse_condition
 from ..errors import BadQuery, TraceError
 from ..model.table import EventTable
 from ..query.search import MAX_QUERY_CHARS, NameQuery, compile_regex, name_text
@@ -117,11 +124,13 @@ DEFAULT_COOLDOWN_S = 60.0
 _CHUNK_POINTS = 4_000_000  # stall: points handled per vectorised pass (bounds memory on overlapping steps)
 REASON_NAME_CHARS = 200  # of a slice's name in a firing's reason (a name may be megabytes long)
 
-STEP, STALL, NAME, SERIES = "step", "stall", "name", "series"
+STEP, STALL, NAME, SERIES, BASELINE = "step", "stall", "name", "series", "baseline"
+MIN_BASELINE_STEPS = 3  # judged steps a window needs before its median is held against the baseline
 _UNITS_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "μs": 1.0, "ms": 1e3, "s": 1e6}  # micro sign and Greek mu
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|μs|ms|s)\s*$")
 _FACTOR = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*x\s*$")
-_USAGE = ("use step:Kx (e.g. step:2x), series:NAME:Kx (e.g. series:communication_ms:1.5x), stall:DURATION "
+_USAGE = ("use step:Kx (e.g. step:2x), series:NAME:Kx (e.g. series:communication_ms:1.5x), "
+          "baseline:SERIES:+MARGIN (e.g. baseline:step_time:+10%, with --baseline RUN), stall:DURATION "
           "(e.g. stall:250ms) or name:REGEX:DURATION (e.g. name:nccl:300ms)")
 # The series a `series:` trigger may name: step time, each category's busy time, and peak memory per device.
 _TIME_SERIES = ("step_time_ms", *(f"{c}_ms" for c in CATEGORIES), "device_idle_ms", "unaccounted_ms")
@@ -317,11 +326,12 @@ class Trigger:
     threshold_us: float = 0.0  # stall, name: T
     pattern: Optional[str] = None  # name: REGEX; series: the series' name
     query: Optional[NameQuery] = field(default=None, compare=False, repr=False)  # name: REGEX compiled by RE2
+    condition: Any = field(default=None, compare=False, repr=False)  # baseline: the gate's `Condition`
 
     @property
     def series_name(self) -> str:
         """The series a step or series trigger judges (`step_time_ms` for `step:Kx`)."""
-        return self.pattern if self.kind == SERIES and self.pattern else "step_time_ms"
+        return self.pattern if self.kind in (SERIES, BASELINE) and self.pattern else "step_time_ms"
 
     def check(self, table: EventTable, steps: StepSeries, history: StepHistory) -> list[Firing]:
         """The firings in `table` (whose steps are `steps`), every step judged: the measurement
@@ -372,6 +382,19 @@ def parse_trigger(spec: str) -> Trigger:
         if not (factor > 0 and math.isfinite(factor)):
             raise TriggerError(f"trigger {spec!r}: the factor must be above 0")
         return Trigger(text, SERIES, factor=factor, pattern=name)
+    if kind == BASELINE:
+        try:
+            cond = parse_condition(rest)
+        except ValueError as exc:
+            raise TriggerError(f"trigger {spec!r}: {str(exc).split(': ', 1)[-1]}") from None
+        if cond.series is None:
+            raise TriggerError(f"trigger {spec!r}: a baseline trigger bounds a per-step series "
+                               f"(baseline:step_time:+10%), not names")
+        name = cond.series if cond.series.startswith("memory_peak_mb_") else f"{cond.series}_ms"
+        if name not in _TIME_SERIES and not _MEMORY_SERIES.match(name):
+            raise TriggerError(f"trigger {spec!r}: no series {cond.series[:80]!r}; the series are "
+                               f"{', '.join(_TIME_SERIES)} and memory_peak_mb_<device>")
+        return Trigger(text, BASELINE, pattern=name, condition=cond)
     if kind == STALL:
         return Trigger(text, STALL, threshold_us=_duration_us(spec, rest))
     if kind == NAME:
@@ -412,7 +435,8 @@ def parse_triggers(specs: Optional[Sequence[str]]) -> list[Trigger]:
 
 
 def evaluate(triggers: Sequence[Trigger], index_or_table: Any, history: StepHistory,
-             steps: Optional[StepSeries] = None, source: Optional[str] = None) -> list[Firing]:
+             steps: Optional[StepSeries] = None, source: Optional[str] = None,
+             baseline: Optional[Baseline] = None) -> list[Firing]:
     """Run every trigger on one window (a `TraceIndex` or an `EventTable`), steps derived once
     (or given: the window writer derived them already).
 
@@ -424,6 +448,7 @@ def evaluate(triggers: Sequence[Trigger], index_or_table: Any, history: StepHist
     partial window, then the file whole) is not judged, counted nor fired on again. A
     window of no named source is judged whole: two files may hold the same steps (a
     copy), and only their source tells a second version of a file from another file.
+    `baseline`: the baseline run's medians, for `baseline:` triggers (none fire without).
     """
     table: EventTable = getattr(index_or_table, "table", index_or_table)
     steps = derive(table) if steps is None else steps
@@ -434,6 +459,8 @@ def evaluate(triggers: Sequence[Trigger], index_or_table: Any, history: StepHist
     for trigger in triggers:
         if trigger.kind in (STEP, SERIES):
             fired = _check_step_runs(trigger, steps, history, plan)
+        elif trigger.kind == BASELINE:
+            fired = _check_baseline(trigger, _subset(steps, judged), baseline)
         elif trigger.kind == STALL:
             fired = _check_stall(trigger, table, _subset(steps, judged))
         else:
@@ -613,6 +640,60 @@ def _check_step(trigger: Trigger, steps: StepSeries, past_ms: Sequence[float], s
         out.append(Firing(trigger.spec, trigger.kind, t, trigger.factor * med, float(steps.start_us[i]),
                           float(steps.end_us[i]), step, reason, unit=unit))
     return out
+
+
+# ---- baseline:SERIES:+MARGIN ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run a change is measured against: its name, how many steps it has, and the
+    median of each per-step series over them (its warm-up left out)."""
+
+    name: str
+    steps: int
+    medians: dict[str, float]
+
+    @classmethod
+    def of(cls, name: str, steps: StepSeries) -> Baseline:
+        idx = np.arange(len(steps))
+        if len(idx) > 2 * WARMUP_STEPS:
+            idx = idx[WARMUP_STEPS:]  # its own compilation and warm-up are no baseline either
+        medians = {}
+        for series, values in {"step_time_ms": steps.step_time_ms, **_other_series(steps)}.items():
+            v = values[idx]
+            v = v[np.isfinite(v)]
+            if len(v):
+                medians[series] = float(np.median(v))
+        return cls(name, int(len(idx)), medians)
+
+
+def _check_baseline(trigger: Trigger, steps: StepSeries, baseline: Optional[Baseline]) -> list[Firing]:
+    """One firing when the window's judged steps' median of the series is past the baseline's
+    by more than the margin (the gate's rule, `compare.gate.judge`)."""
+    name = trigger.series_name
+    if baseline is None or name not in baseline.medians:
+        return []
+    values = series_of(steps, name)
+    ok = np.flatnonzero(np.isfinite(values))
+    if len(ok) < MIN_BASELINE_STEPS:
+        return []
+    mine = float(np.median(values[ok]))
+    base = baseline.medians[name]
+    unit = "MB" if _MEMORY_SERIES.match(name) else "ms"
+    verdict = judge(trigger.condition, base, mine, f"over {len(ok)} steps of this window and {baseline.steps} of "
+                    f"{baseline.name}", unit)
+    if not verdict.failed:
+        return []
+    c = trigger.condition
+    limit = base * (1 + c.percent / 100.0) if c.percent is not None else base + c.absolute
+    first, last = int(ok[0]), int(ok[-1])
+    ratio = f"{mine / base:.2f}×" if base > 0 else "∞×"
+    reason = (f"{name}: the median over {len(ok)} steps was {mine:.1f} {unit}, {ratio} the baseline's {base:.1f} "
+              f"{unit} ({baseline.name}, {baseline.steps} steps; allowed {c.spec.rpartition(':')[2]})")
+    slowest = int(ok[np.argmax(values[ok])])
+    return [Firing(trigger.spec, BASELINE, mine, limit, float(steps.start_us[first]), float(steps.end_us[last]),
+                   float(steps.step[slowest]), reason, unit=unit)]
 
 
 # ---- stall:T -------------------------------------------------------------------------
