@@ -323,7 +323,9 @@ export class ComparePanel {
         this.render();
       }}, `show all ${formatCount(rows.length)} names`) : null;
     const names = el('table', {class: 'tbr-agg-table tbr-cmp-names', 'data-testid': 'compare-names'},
-      el('caption', {}, 'Every name, exact over the chosen steps (folded events included) · ',
+      el('caption', {}, a.names_total > rows.length
+        ? `The ${formatCount(rows.length)} names of ${formatCount(a.names_total)} that changed most, exact over the chosen steps · `
+        : 'Every name, exact over the chosen steps (folded events included) · ',
         el('span', {class: 'tbr-muted'}, 'largest change in self time first; click a column to sort, a row to search its name')),
       el('thead', {}, head), el('tbody', {}, body));
     setChildren(this.body, summary, series, names, more);

@@ -14,7 +14,7 @@ from ..reduce.pipeline import TraceIndex, derive_index, index_file
 from ..reduce.plan import check_window, default_window
 from ..reduce.writer import atomic_output
 from .parquet import _pyarrow, write_parquet
-from .rows import CHUNK_ROWS, ROW_BYTES
+from .rows import CHUNK_ROWS, EVENT_BYTES, ROW_BYTES
 
 
 def export_file(src: str, out: str, start_us: Optional[float] = None, end_us: Optional[float] = None,
@@ -40,7 +40,8 @@ def export_file(src: str, out: str, start_us: Optional[float] = None, end_us: Op
             window = (-math.inf if start_us is None else origin + start_us,
                       math.inf if end_us is None else origin + end_us)
         with budget.account("exporting the rows") as exporting:
-            exporting.charge(ROW_BYTES * min(CHUNK_ROWS, index.events) + 16 * index.events, "a chunk of rows")
+            exporting.charge(ROW_BYTES * min(CHUNK_ROWS, index.events) + EVENT_BYTES * index.events,
+                             "a chunk of rows, and each event's slice, depth and children's time")
             rows = write_parquet(index.table, steps, f, window, host)
         ok = True
     finally:

@@ -38,6 +38,9 @@ from ..waveforms.steps import StepSeries
 # copies); beside one number a slice (children's time) and one an event (its slice).
 CHUNK_ROWS = 1 << 20
 ROW_BYTES = 160
+# Held for the whole export, an event at most: its slice (8 B), and per slice its children's
+# time (8 B) and the nesting's order and depth (16 B; held in memory, `SliceTable.depth`).
+EVENT_BYTES = 32
 
 
 @dataclass

@@ -553,12 +553,29 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
                        alongside=index.account.total if index.account is not None else 0)
     series = derive(index.table)
     if len(series):
+        if account is not None:
+            account.charge(MEMORY_SAMPLE_BYTES * memory_event_count(index.table), "the [memory] events' totals")
         samples = memory_samples(index)
         series.memory_mb = peak_per_step(samples, series.start_us, series.end_us)
     return series
 
 
-# `[memory]` events read back at once (`memory_samples`): their JSON and decoded args, ~0.5 kB each.
+# What `memory_samples` holds a `[memory]` event: its five columns (8 B each) and, for the
+# chunk being read, its text and decoded args (~0.5 kB a chunk's event, at most MEMORY_CHUNK).
+MEMORY_SAMPLE_BYTES = 48
+
+
+def memory_event_count(t: EventTable) -> int:
+    """How many Kineto `[memory]` instants `t` holds (one pass over its name column)."""
+    try:
+        k = t.names.index(MEMORY_EVENT)
+    except ValueError:
+        return 0
+    return int(np.count_nonzero(np.asarray(t.name) == k))
+
+
+# `[memory]` events read back at once (`memory_samples`): their JSON and decoded args, ~0.5 kB each
+# (~32 MB a chunk, charged with the derivation's working memory in `derive_bytes`).
 MEMORY_CHUNK = 1 << 16
 
 
@@ -625,7 +642,8 @@ def derive_bytes(index: TraceIndex) -> int:
     n = len(made) if made is not None else index.events  # a slice is an event at least
     per_slice = DERIVE_SPILLED_BYTES_PER_SLICE if t.scratch is not None else DERIVE_BYTES_PER_SLICE
     return (per_slice * n + DERIVE_BYTES_PER_CHUNK_SLICE * min(n, steps_chunk_rows()) + sample_bytes(n)
-            + DERIVE_BYTES_PER_NAME * len(t.names) + slices_bytes(t))
+            + DERIVE_BYTES_PER_NAME * len(t.names) + slices_bytes(t) + (512 * MEMORY_CHUNK if MEMORY_EVENT in t.names
+                                                                        else 0))
 
 
 def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,

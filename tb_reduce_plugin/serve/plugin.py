@@ -25,8 +25,9 @@ Routes, under `/data/plugin/tb_reduce/`:
   the whole trace (folded ones too), in time order, a page at a time
 - `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
   self and longest time of a range, from every original slice
-- `compare?run=&host=&base_run=&base_host=&steps=` — the trace against a baseline trace, as
-  `tb-reduce diff --format json` gives it: per-step series and every name's exact sums
+- `compare?run=&host=&base_run=&base_host=&steps=&limit=` — the trace against a baseline
+  trace, as `tb-reduce diff --format json` gives it: per-step series and the names' exact
+  sums, the `limit` (default 5,000) that changed most
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
 - `waveforms?run=&host=` — the per-step series derived from the trace (step time and
   busy time per category; `steps` empty with a `reason` when it has no step markers)
@@ -94,6 +95,8 @@ from ..waveforms.scalars import is_tag_id
 from .cache import Body
 from .gate import ServerBusy
 from .service import NotFound, TraceService, default_cache_dir
+
+MAX_COMPARE_NAMES = 100_000  # names one comparison may answer (`compare?limit=`)
 
 log = logging.getLogger(__name__)
 PLUGIN_NAME = "tb_reduce"
@@ -470,7 +473,11 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             steps = None if text is None else parse_step_range(text)
         except ValueError as exc:
             raise RequestError(400, str(exc)) from None
-        return _json(request, self.service.compare(base_run, base_host, run, host, steps))
+        limit = _count_param(request, "limit")
+        if limit is not None and not 1 <= limit <= MAX_COMPARE_NAMES:
+            raise RequestError(400, f"limit must be 1 to {MAX_COMPARE_NAMES:,}")
+        return _json(request, self.service.compare(base_run, base_host, run, host, steps,
+                                                   **({} if limit is None else {"limit": limit})))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
         store = self.service.store

@@ -69,7 +69,10 @@ from .gate import ComputeGate, default_workers
 log = logging.getLogger(__name__)
 MAX_REFUSALS = 1024  # files remembered as unreadable (each version), least recently refused out
 MAX_DERIVED = 256  # per-step series kept (each file version), least recently used out
+COMPARE_NAMES = 5000  # names a comparison answers by default (the largest changes first)
 MAX_SIDES = 64  # sides of comparisons kept (a file version and a step range each), least recently used out
+SIDES_BYTES = 64 << 20  # ...and at most this much of them (a trace of 100 k distinct names makes a 20 MB side)
+SIDE_NAME_BYTES = 200  # what a side keeps a name (its text and five sums in a dict)
 MAX_SCALAR_RUNS = 64  # runs whose event files are kept read (and tailed), least recently used out
 MAX_SCALAR_BODIES = 16  # encoded `scalars` answers kept (each version of a series and width), on the budget
 # What reading event files may hold besides the points: a chunk being framed and one
@@ -653,14 +656,20 @@ class TraceService:
 
     # ---- comparing two traces (compare/) ---------------------------------------------
     def compare(self, base_run: str, base_host: str, run: str, host: str,
-                steps: Optional[StepRange] = None) -> dict:
+                steps: Optional[StepRange] = None, limit: Optional[int] = COMPARE_NAMES) -> dict:
         """(run, host) against the baseline (base_run, base_host): both traces' per-step
         series and every name's exact statistics over the chosen steps (`compare.diff`).
         Each side is made from its own index in turn (never two held for it at once) and
-        kept: what a side holds is its steps and its names' sums, a few kB."""
+        kept: what a side holds is its steps and its names' sums, a few kB (`SIDES_BYTES` in
+        all). `limit`: the names answered, the largest changes first (`names_total` says how
+        many there are)."""
         base = self._side(base_run, base_host, steps)
         cand = self._side(run, host, steps)
         doc = compare_sides(base, cand)
+        names = doc["names"]
+        doc["names_total"] = len(names)
+        if limit is not None and len(names) > limit:  # the largest changes (markers last), a page a browser holds
+            doc["names"] = names[:limit]
         return {"base_run": base_run, "base_host": base_host, "run": run, "host": host,
                 "steps": None if steps is None else str(steps), **doc}
 
@@ -693,7 +702,8 @@ class TraceService:
                 side = self.on_index(self._fresh(run, host, tf, exc), make)
             with self._derived_lock:
                 self._sides[key] = side
-                while len(self._sides) > MAX_SIDES:
+                while len(self._sides) > MAX_SIDES or (
+                        len(self._sides) > 1 and sum(map(_side_bytes, self._sides.values())) > SIDES_BYTES):
                     self._sides.popitem(last=False)
             return side
 
@@ -953,6 +963,12 @@ class TraceService:
         except FileChanged as exc:
             tf = self._fresh(run, host, tf, exc)
             return self.on_index(tf, charged(tf))
+
+
+def _side_bytes(side: Side) -> int:
+    """About what a kept comparison side holds: its names' sums and its steps' series."""
+    steps = side.steps
+    return SIDE_NAME_BYTES * len(side.names) + 8 * len(steps) * (3 + len(steps.busy_ms) + len(steps.memory_mb))
 
 
 class _Work:

@@ -42,6 +42,10 @@ def test_the_route_answers_what_the_command_line_prints(tmp_path: Path) -> None:
     assert next(n for n in doc["names"] if not n["marker"])["name"] == "aten::mm"
     again = get(c, "compare", run="slow_matmul", host=host, base_run="base", base_host=host, steps="3:12")
     assert body_json(again) == doc  # from the kept sides
+    assert doc["names_total"] == len(doc["names"])
+    top = body_json(get(c, "compare", run="slow_matmul", host=host, base_run="base", base_host=host, steps="3:12",
+                        limit=3))
+    assert top["names"] == doc["names"][:3] and top["names_total"] == len(doc["names"])
 
 
 def test_bad_comparisons_are_answered_with_their_status(tmp_path: Path) -> None:
@@ -55,6 +59,8 @@ def test_bad_comparisons_are_answered_with_their_status(tmp_path: Path) -> None:
         ({**ok, "base_host": "../../etc/passwd"}, 404, ""),
         ({k: v for k, v in ok.items() if k != "base_run"}, 400, "base_run"),
         ({**ok, "steps": "1:2\x00"}, 400, "control characters"),
+        ({**ok, "limit": "0"}, 400, "limit must be 1 to"),
+        ({**ok, "limit": "-3"}, 400, "whole number"),
     ):
         r = get(c, "compare", **params)
         assert r.status_code == status, (params, r.status_code, r.get_data()[:200])
