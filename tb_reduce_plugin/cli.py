@@ -566,8 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
         "waveforms", help="per-step series of a trace (step time, busy time per category)",
         description="One row per step (from ProfilerStep#N, step_num or XProf Steps markers): step, start_us, "
                     "step_time_ms and <category>_ms busy time, with unaccounted_ms the step time no op on the "
-                    "step's thread accounts for (docs/SEMANTICS.md, Waveforms). JSON: "
-                    '{"steps": [{"step", "start_us", "end_us", "step_time_ms", "busy_ms": {category: ms}}], '
+                    "step's thread accounts for, and memory_peak_mb_<device> where a PyTorch trace records memory "
+                    "(profile_memory=True) (docs/SEMANTICS.md, Waveforms). JSON: "
+                    '{"steps": [{"step", "start_us", "end_us", "step_time_ms", "busy_ms": {category: ms}, '
+                    '"memory_mb": {series: MB}}], '
                     '"series": [names], "marker", "reason", "slowest": [indices of the steps that stand out, '
                     'maybe none], "unaccounted_stands_out": [indices]}. A trace without step markers '
                     "gives no rows and says why on stderr.")
