@@ -56,7 +56,7 @@ from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate
 from ..query import search as query_search
 from ..reduce.coarse_tier import tier_rows_of
-from ..reduce.pipeline import Level, TraceIndex, check_window, derive_bytes, derive_index, event_json, index_file, reduce_index
+from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
 from ..reduce.plan import prepare_window_index
 from ..reduce.window_index import window_index_bytes
 from ..waveforms.categories import CATEGORIES
@@ -684,11 +684,10 @@ class TraceService:
 
         def make(idx: TraceIndex) -> Side:
             with self.budget.account(f"comparing {_name(tf)}") as account:
-                account.charge(derive_bytes(idx) + query_aggregate.working_bytes(idx.table),
-                               f"the steps and the names of {_name(tf)}",
+                account.charge(query_aggregate.working_bytes(idx.table), f"the names of {_name(tf)}",
                                alongside=idx.account.total if idx.account is not None else 0)
                 try:
-                    side = Side.of(f"{run} · {host}", idx.table, derive_index(idx), steps)
+                    side = Side.of(f"{run} · {host}", idx.table, derive_index(idx, account), steps)
                     side.names  # noqa: B018  (made now, while the table is at hand)
                 finally:
                     self._settle_index(idx)
