@@ -176,6 +176,7 @@ export function buildModel(doc) {
   }
 
   pairBeginEnd(events, beByTrack, {sTs, sDur, sTrack, sName, sK, sFlag}, inst, names);
+  addMemoryCounters(series, procOf, tb);
 
   // Display order of processes and tracks.
   const shownProcs = procs.filter((p) => p.used || hasSeries(series, p));
@@ -344,6 +345,28 @@ export function summaryInfo(model, k) {
     busy = total / (10 * (b - a));
   }
   return {count: sm.count[i], top, busy};
+}
+
+/**
+ * The allocator's totals the server reduced from Kineto's `[memory]` events
+ * (`tb_reduce.memory`: per device, allocated and reserved MB, by the counter rule) as
+ * counter rows of the process that allocated: k = -1, no trace event behind a sample.
+ */
+function addMemoryCounters(series, procOf, tb) {
+  const memory = tb && Array.isArray(tb.memory) ? tb.memory : [];
+  for (const m of memory) {
+    if (!m || !Array.isArray(m.ts) || !Array.isArray(m.mb) || m.ts.length !== m.mb.length) continue;
+    const s = {proc: procOf(m.pid), label: String(m.label ?? 'memory'), ts: [], val: [], k: []};
+    for (let i = 0; i < m.ts.length; i += 1) {
+      const t = num(m.ts[i]);
+      const v = num(m.mb[i]);
+      if (t === null || v === null) continue;
+      s.ts.push(t);
+      s.val.push(v);
+      s.k.push(-1);
+    }
+    if (s.ts.length) series.set(`\u0002memory\u0001${idKey(m.pid)}\u0001${m.device}\u0001${m.key}`, s);
+  }
 }
 
 function hasSeries(series, p) {

@@ -10,7 +10,9 @@ import io
 import mmap
 import os
 import sys
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Optional, Union
 
@@ -27,7 +29,7 @@ from ..model.mapped import faults, held_bytes, spill
 from ..model.sorting import sample_bytes
 from ..model.table import INSTANT_PHASES, EventTable, valid_utf8
 from ..waveforms import steps as steps_module
-from ..waveforms.memory import MEMORY_EVENT, MemorySamples, peak_per_step
+from ..waveforms.memory import MEMORY_EVENT, MemorySamples, counter_points, peak_per_step
 from ..waveforms.steps import StepSeries, derive
 from .levels import LEVELS, ArgsPolicy, args_policy
 from .plan import Plan, check_window, default_window, events_in_window, plan, plan_within, slices_bytes
@@ -420,6 +422,8 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
         need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
     if index.prepared.name_rank is None:  # sorting the distinct names once (`plan.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
+    if MEMORY_EVENT in t.names:  # the [memory] events' totals, read once and kept with the table
+        need += 512 * MEMORY_CHUNK + (MEMORY_SAMPLE_BYTES * memory_event_count(t) if _cached(t) is None else 0)
     return need
 
 
@@ -433,6 +437,10 @@ def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Opti
                    grow=charges.charge if charges is not None else None))
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
+    if MEMORY_EVENT in index.table.names:  # Kineto's allocations: the allocator's totals as counters
+        points = counter_points(cached_memory_samples(index), index.table.tracks, p.t0, p.t1, p.resolution)
+        if points:
+            obj["memory"] = points
     if with_input_index:
         obj["input_index"] = p.keep  # written by the JSON encoder from the array: no Python int per event
     if drop_args:
@@ -553,9 +561,9 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
                        alongside=index.account.total if index.account is not None else 0)
     series = derive(index.table)
     if len(series):
-        if account is not None:
+        if account is not None and _cached(index.table) is None:
             account.charge(MEMORY_SAMPLE_BYTES * memory_event_count(index.table), "the [memory] events' totals")
-        samples = memory_samples(index)
+        samples = cached_memory_samples(index)
         series.memory_mb = peak_per_step(samples, series.start_us, series.end_us)
     return series
 
@@ -605,7 +613,7 @@ def memory_samples(index: TraceIndex) -> MemorySamples:
     rows = np.flatnonzero((np.asarray(t.name) == k) & np.isin(np.asarray(t.ph), INSTANT_PHASES))
     if not len(rows):
         return MemorySamples.empty()
-    ts, dtype_, did, alloc, resv = [], [], [], [], []
+    ts, track, dtype_, did, alloc, resv = [], [], [], [], [], []
     for a in range(0, len(rows), MEMORY_CHUNK):
         part = rows[a:a + MEMORY_CHUNK]
         texts = [text for block in index.source.events(part) for text in block]
@@ -615,13 +623,44 @@ def memory_samples(index: TraceIndex) -> MemorySamples:
             decoded = [_one_memory_event(text) for text in texts]
         keep = np.fromiter((e is not None for e in decoded), dtype=bool, count=len(decoded))
         ts.append(np.asarray(t.ts[part])[keep])
+        track.append(np.asarray(t.track[part])[keep].astype(np.int64))
         args = [e.args for e in decoded if e is not None]
         dtype_.append(np.fromiter((x.device_type for x in args), dtype=np.int64, count=len(args)))
         did.append(np.fromiter((x.device_id for x in args), dtype=np.int64, count=len(args)))
         alloc.append(np.fromiter((x.allocated for x in args), dtype=np.float64, count=len(args)))
         resv.append(np.fromiter((x.reserved for x in args), dtype=np.float64, count=len(args)))
     return MemorySamples(np.concatenate(ts), np.concatenate(dtype_), np.concatenate(did), np.concatenate(alloc),
-                         np.concatenate(resv))
+                         np.concatenate(resv), track=np.concatenate(track))
+
+
+_memory_cache: dict[int, tuple[Any, MemorySamples]] = {}  # id(table) -> (a weak reference to it, its samples)
+_memory_lock = threading.Lock()
+
+
+def _cached(t: EventTable) -> Optional[MemorySamples]:
+    with _memory_lock:
+        hit = _memory_cache.get(id(t))
+    return hit[1] if hit is not None and hit[0]() is t else None
+
+
+def cached_memory_samples(index: TraceIndex) -> MemorySamples:
+    """`memory_samples` of `index`, read once per table and kept while the table lives: each
+    view of the trace draws its memory counters from them (`waveforms.memory.counter_points`)."""
+    t = index.table
+    found = _cached(t)
+    if found is not None:
+        return found
+    samples = memory_samples(index)
+    key = id(t)
+
+    def gone(ref: Any) -> None:
+        with _memory_lock:
+            if key in _memory_cache and _memory_cache[key][0] is ref:
+                del _memory_cache[key]
+
+    with _memory_lock:
+        _memory_cache[key] = (weakref.ref(t, gone), samples)
+    return samples
 
 
 def _one_memory_event(text: bytes) -> Optional[_MemoryEvent]:

@@ -17,7 +17,8 @@ PyTorch's for now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -37,6 +38,7 @@ class MemorySamples:
     device_id: np.ndarray  # int64
     allocated: np.ndarray  # bytes
     reserved: np.ndarray  # bytes
+    track: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each event's (its process)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -86,3 +88,59 @@ def peak_per_step(samples: MemorySamples, start_us: np.ndarray, end_us: np.ndarr
             peak[inside] = np.fmax(peak[inside], vals)
         out[f"memory_peak_mb_{device_name(dtype_, did)}"] = peak / MB
     return dict(sorted(out.items()))
+
+
+# The allocator's totals drawn as counters in the timeline (`counter_points`): (key, label).
+COUNTER_KEYS = (("allocated", "memory allocated"), ("reserved", "memory reserved"))
+
+
+def counter_points(samples: MemorySamples, tracks: list, t0: float, t1: float,
+                   buckets: Optional[int]) -> list[dict]:
+    """Per device, the allocated and reserved totals over [t0, t1] as counter series for the
+    timeline, reduced by the counter rule (SPEC G4, docs/SEMANTICS.md): in each of `buckets`
+    buckets its first, last, smallest and largest sample, and the sample before `t0` (the
+    level carried into the window); every sample when `buckets` is None (level 0). Each
+    series: `{"pid", "device", "key", "label", "ts": [µs], "mb": [MB]}`, on the process of the
+    device's first event; a series that is 0 throughout (the CPU allocator reserves nothing)
+    is left out."""
+    out: list[dict] = []
+    if not len(samples):
+        return out
+    keys = np.stack([samples.device_type, samples.device_id], axis=1)
+    for dtype_, did in np.unique(keys, axis=0).tolist():
+        mine = np.flatnonzero((samples.device_type == dtype_) & (samples.device_id == did))
+        mine = mine[np.argsort(samples.ts[mine], kind="stable")]
+        ts = samples.ts[mine]
+        lo, hi = np.searchsorted(ts, t0, side="left"), np.searchsorted(ts, t1, side="right")
+        pid = tracks[int(samples.track[mine[0]])][0]
+        name = device_name(dtype_, did)
+        for key, label in COUNTER_KEYS:
+            values = getattr(samples, key)[mine]
+            if not np.any(values[np.isfinite(values)]):  # the CPU allocator reserves nothing: no flat line of 0
+                continue
+            keep = _counter_keep(ts, values, lo, hi, t0, t1, buckets)
+            ok = keep[np.isfinite(values[keep])]
+            if not len(ok):
+                continue
+            out.append({"pid": pid, "device": name, "key": key, "label": f"{label} ({name}, MB)",
+                        "ts": ts[ok].tolist(), "mb": (values[ok] / MB).tolist()})
+    return out
+
+
+def _counter_keep(ts: np.ndarray, values: np.ndarray, lo: int, hi: int, t0: float, t1: float,
+                  buckets: Optional[int]) -> np.ndarray:
+    """The samples (indices into `ts`, sorted) a window of `buckets` keeps of one series."""
+    carried = np.array([lo - 1], dtype=np.int64) if lo > 0 else np.zeros(0, dtype=np.int64)
+    inside = np.arange(lo, hi, dtype=np.int64)
+    if buckets is None or len(inside) <= 4 * buckets:
+        return np.concatenate((carried, inside))
+    width = (t1 - t0) / buckets if t1 > t0 else 1.0
+    b = np.clip(((ts[inside] - t0) / width).astype(np.int64), 0, buckets - 1)
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])  # b ascends with ts: runs of one bucket
+    ends = np.r_[starts[1:], len(inside)] - 1
+    v = np.where(np.isfinite(values[inside]), values[inside], np.nan)
+    order = np.lexsort((np.nan_to_num(v, nan=np.inf), b))  # by bucket, then value
+    first_of = np.searchsorted(b[order], b[starts], side="left")
+    last_of = np.searchsorted(b[order], b[starts], side="right") - 1
+    picked = np.concatenate((starts, ends, order[first_of], order[last_of]))
+    return np.concatenate((carried, inside[np.unique(picked)]))

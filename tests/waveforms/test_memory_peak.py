@@ -118,3 +118,39 @@ def test_the_route_the_spread_and_the_live_scalars_carry_the_peak(tmp_path: Path
         rs.poll()
         _, _, values = rs.series(f"{PREFIX}memory_peak_mb_cpu")
         assert np.allclose(values, steps.memory_mb["memory_peak_mb_cpu"].astype(np.float32))
+
+
+def test_counters_keep_each_buckets_first_last_least_and_most_and_the_level_carried_in() -> None:
+    from tb_reduce_plugin.waveforms.memory import counter_points
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    ts = np.sort(rng.uniform(0, 1000, n))
+    alloc = rng.uniform(1e6, 9e6, n)
+    s = MemorySamples(ts, np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), alloc, np.zeros(n),
+                      track=np.zeros(n, dtype=np.int64))
+    [series] = counter_points(s, [(42, 1)], 200.0, 600.0, 10)  # reserved: 0 throughout, left out
+    assert series["pid"] == 42 and series["label"] == "memory allocated (cpu, MB)"
+    kept = np.asarray(series["ts"])
+    assert kept[0] < 200.0 <= kept[1]  # the sample before the window: the level carried in
+    inside = (ts >= 200.0) & (ts <= 600.0)
+    b = np.clip(((ts - 200.0) / 40.0).astype(int), 0, 9)
+    for k in range(10):
+        mine = np.flatnonzero(inside & (b == k))
+        want = {ts[mine[0]], ts[mine[-1]], ts[mine[np.argmin(alloc[mine])]], ts[mine[np.argmax(alloc[mine])]]}
+        got = set(kept[(kept >= 200.0 + 40 * k) & (kept < 200.0 + 40 * (k + 1))].tolist())
+        assert want <= got and len(got) <= 4, k
+    assert len(kept) <= 1 + 4 * 10
+    every = counter_points(s, [(42, 1)], 200.0, 600.0, None)[0]  # level 0: every sample
+    assert len(every["ts"]) == int(inside.sum()) + 1
+    assert counter_points(MemorySamples.empty(), [], 0.0, 1.0, 10) == []
+
+
+def test_a_view_of_a_memory_profile_carries_its_counters_and_others_do_not() -> None:
+    from tb_reduce_plugin.reduce.pipeline import reduce_to_bytes
+
+    doc = json.loads(reduce_to_bytes(MEMORY_RUN, 2))
+    [allocated] = doc["tb_reduce"]["memory"]
+    assert allocated["device"] == "cpu" and allocated["key"] == "allocated" and max(allocated["mb"]) > 35
+    assert not any(e.get("ph") == "C" for e in doc["traceEvents"])  # the trace's own events are as before
+    assert "memory" not in json.loads(reduce_to_bytes(BASE, 2))["tb_reduce"]

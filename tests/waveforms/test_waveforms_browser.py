@@ -238,6 +238,18 @@ def test_peak_memory_per_step_is_offered_in_mb_and_plotted(page, server):
     shot(panel(page), "derived_memory_peak")
 
 
+def test_allocated_memory_is_a_counter_row_of_the_process_that_allocated(page, server):
+    """Kineto's `[memory]` totals as a counter in the timeline (issue 27, item 4), reduced
+    by the server as counters are, drawn by the counter track; its samples lead to no event."""
+    open_view(page, server, run="memory", host="mem")
+    counters = page.evaluate("""() => window.tbReduceDashboard.data.model.counters.map((c) => ({
+      label: c.label, n: c.ts.length, max: c.max, min: c.min, k: Array.from(c.k).slice(0, 3)}))""")
+    mem = [c for c in counters if c["label"] == "memory allocated (cpu, MB)"]
+    assert len(mem) == 1 and not any("reserved" in c["label"] for c in counters), counters
+    assert mem[0]["n"] > 100 and mem[0]["max"] > 35 and mem[0]["k"] == [-1, -1, -1]
+    shot(page.locator("[data-testid=timeline]"), "memory_counter")
+
+
 def test_clicking_a_step_zooms_the_timeline_to_that_step(page, server):
     open_view(page, server, series="d:step_time_ms")
     [entry] = debug(page)
