@@ -233,8 +233,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from .compare.report import CSV_HEADER, csv_rows, table_text
 
     conditions = [parse_condition(spec) for spec in args.fail_if or ()]
+    base, candidate = _one_trace(args.base), _one_trace(args.candidate)
     indexer = _indexer(args)
-    doc, verdicts = diff_files(args.base, args.candidate, args.steps, conditions,
+    doc, verdicts = diff_files(base, candidate, args.steps, conditions,
                                max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
     _keep_prepared(indexer)
@@ -294,6 +295,20 @@ def _export_jobs(folder: str, out_dir: str) -> list[tuple[str, str, Optional[str
         os.makedirs(where, exist_ok=True)
         jobs.append((f.path, os.path.join(where, f"{f.host}.parquet"), f.host))
     return jobs
+
+
+def _one_trace(path: str) -> str:
+    """A trace file as given, or the one trace of a run's folder (`diff runs/main runs/pr`)."""
+    if not os.path.isdir(path):
+        return path
+    from .serve.discovery import Catalog
+
+    files = sorted((f for f in Catalog(path, max_age_s=0).files().values() if not f.export_of), key=lambda f: f.path)
+    if len(files) != 1:
+        hosts = ", ".join(display_name(f.host) for f in files[:5]) + (", …" if len(files) > 5 else "")
+        raise TraceError(f"{display_name(path)}: " + (f"{len(files)} traces in this folder ({hosts}); give one file"
+                                                      if files else "no trace in this folder"))
+    return files[0].path
 
 
 def _stdout_gone() -> None:
@@ -616,8 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "every event, largest change in self time first. With --fail-if, a regression gate: exit 1 "
                     "when a condition fails (one line each on stderr), 0 when all pass, 2 on bad input. Medians "
                     "over the steps are compared, so a slow step is not a regression.")
-    d.add_argument("base", help="the baseline trace (any format tb-reduce reads)")
-    d.add_argument("candidate", help="the trace compared with it")
+    d.add_argument("base", help="the baseline trace (any format tb-reduce reads), or a run's folder holding one")
+    d.add_argument("candidate", help="the trace compared with it, or a run's folder holding one")
     d.add_argument("--steps", type=_step_range, default=None, metavar="FIRST:LAST",
                    help="only these step numbers, both included, in each trace (e.g. 10:50, 10: or :50)")
     d.add_argument("--format", choices=("table", "csv", "json"), default="table",

@@ -248,3 +248,18 @@ def test_peak_memory_compares_in_mb_and_gates_a_run_that_holds_more(tmp_path: Pa
     assert none.returncode == 2 and "profile_memory=True" in none.stderr, none.stderr
     bad = run(str(MEMORY), str(doubled), "--fail-if", "memory_peak_mb_cpu:+5ms")
     assert bad.returncode == 2 and "B, kB, MB, GB" in bad.stderr, bad.stderr
+
+
+def test_run_folders_holding_one_trace_each_compare_as_their_traces(tmp_path: Path) -> None:
+    for d, src in (("main", BASE), ("pr", SLOW_MATMUL)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "worker0.1.pt.trace.json.gz").write_bytes(src.read_bytes())
+    doc, _ = as_json(str(tmp_path / "main"), str(tmp_path / "pr"))
+    assert work(doc)[0]["name"] == "aten::mm"
+    assert doc["base"]["trace"].endswith("main/worker0.1.pt.trace.json.gz")  # one file name twice: named by path
+    (tmp_path / "pr" / "worker1.1.pt.trace.json.gz").write_bytes(RERUN.read_bytes())
+    r = run(str(tmp_path / "main"), str(tmp_path / "pr"))
+    assert r.returncode == 2 and "2 traces in this folder (worker0.1, worker1.1); give one file" in r.stderr, r.stderr
+    (tmp_path / "empty").mkdir()
+    r = run(str(tmp_path / "main"), str(tmp_path / "empty"))
+    assert r.returncode == 2 and "no trace in this folder" in r.stderr
