@@ -157,7 +157,7 @@ class Dashboard {
     this.waveBox = el('div', {class: 'tbr-wave-slot'});
     this.spreadBox = el('div', {class: 'tbr-spread-slot'});
     this.stepsBox = el('div', {class: 'tbr-steps-slot'});
-    this.app = el('div', {class: 'tbr-app'}, bar, this.hostNotes.element, this.statsBox,
+    this.app = el('div', {class: 'tbr-app', 'data-compact': this.initial.compact ? '1' : '0'}, bar, this.hostNotes.element, this.statsBox,
       el('div', {class: 'tbr-statusline'}, this.status, this.progress),
       this.spreadBox, this.waveBox, this.stepsBox, this.timelineBox, this.aggregate.element, this.compare.element, this.details);
     root.replaceChildren(this.app);
@@ -516,8 +516,82 @@ class Dashboard {
     this.steps.setContext({run, host});
     if (this.multi()) this.compare.close(); // one trace against another: not a merged view
     else this.compare.follow({run, host});
+    this.unstack(); // aligned with the trace shown before
     this.showPanels();
     this.updateLinks();
+  }
+
+  /**
+   * The baseline's timeline under this one (the `view` page, compact, in a frame of the same
+   * origin), aligned at the start of step `first` in both (absolute times differ between
+   * runs): one zoom and pan for both, whichever is moved.
+   */
+  async stackTimelines(base, first) {
+    this.unstack();
+    const [mine, theirs] = await Promise.all([this.waveforms.waves(this.sel.run, this.sel.host),
+      this.waveforms.waves(base.run, base.host)]);
+    const at = (doc) => (doc && Array.isArray(doc.steps) ? doc.steps.find((s) => Number(s.step) >= first) : null);
+    const a = at(mine);
+    const b = at(theirs && a ? {steps: theirs.steps.filter((s) => Number(s.step) === Number(a.step))} : null);
+    if (!a || !b) return;
+    const offset = Number(b.start_us) - Number(a.start_us);
+    const view = this.timeline.getView() || [Number(a.start_us), Number(a.end_us)];
+    const params = new URLSearchParams({run: base.run, host: base.host, level: this.sel.level, compact: '1',
+      start_us: String(roundUs(view[0] + offset)), end_us: String(roundUs(view[1] + offset))});
+    const frame = el('iframe', {class: 'tbr-stack-frame', 'data-testid': 'stack-frame', title: 'Baseline timeline',
+      src: new URL(`view?${params}`, BASE).href});
+    const box = el('section', {class: 'tbr-stack', 'data-testid': 'stack', 'aria-label': 'The baseline\'s timeline'},
+      el('div', {class: 'tbr-cmp-head'}, el('span', {class: 'tbr-agg-title'}, 'Baseline'),
+        el('span', {}, `${base.run} · ${base.host}, aligned at step ${a.step} (${formatDuration(offset)} apart)`),
+        el('button', {type: 'button', class: 'tbr-agg-close', 'data-testid': 'stack-close', 'aria-label': 'Unstack',
+          title: 'Unstack', onclick: () => this.unstack()}, '\u00d7')), frame);
+    this.timelineBox.after(box);
+    this.stack = {box, frame, offset, step: a.step, pushing: false};
+    frame.addEventListener('load', () => this.hookStack());
+  }
+
+  /** The frame's dashboard, once it exists: its view moves this one, as this one moves it. */
+  hookStack() {
+    const st = this.stack;
+    const other = st && st.frame.contentWindow && st.frame.contentWindow.tbReduceDashboard;
+    if (!other || !other.timeline) {
+      if (st) st.wait = setTimeout(() => this.hookStack(), 100);
+      return;
+    }
+    const own = other.timeline.onViewChange;
+    other.timeline.onViewChange = (v) => {
+      own(v);
+      if (this.stack !== st || st.pushing || !v) return;
+      st.pushing = true;
+      try {
+        this.timeline.setView(v[0] - st.offset, v[1] - st.offset);
+      } finally {
+        st.pushing = false;
+      }
+    };
+    st.box.dataset.ready = '1';
+    this.pushStack();
+  }
+
+  /** This view, shifted by the alignment, into the stacked timeline. */
+  pushStack() {
+    const st = this.stack;
+    const other = st && st.frame.contentWindow && st.frame.contentWindow.tbReduceDashboard;
+    const v = this.timeline.getView();
+    if (!st || st.pushing || !other || !other.timeline || !v) return;
+    st.pushing = true;
+    try {
+      other.timeline.setView(v[0] + st.offset, v[1] + st.offset);
+    } finally {
+      st.pushing = false;
+    }
+  }
+
+  unstack() {
+    if (!this.stack) return;
+    clearTimeout(this.stack.wait);
+    this.stack.box.remove();
+    this.stack = null;
   }
 
   /** A comparison's baseline run ticked in the waveform panel, beside the trace shown. */
@@ -774,6 +848,7 @@ class Dashboard {
   // ---- view changes: links now, fetches debounced ----------------------------
   viewChanged() {
     this.steps.setView(this.timeline.getView());
+    this.pushStack();
     clearTimeout(this.fetchTimer);
     this.fetchTimer = setTimeout(() => {
       this.updateLinks();
@@ -950,6 +1025,7 @@ class Dashboard {
       onName: (name) => this.search.setQuery(name), // highlighted where they are in this trace
       onChange: () => this.updateLinks(),
       onOverlay: (run) => this.overlayRun(run),
+      onStack: ({base, first}) => this.stackTimelines(base, first),
     });
     this.aggregate = new AggregatePanel({
       onClose: () => this.clearRange(),

@@ -32,6 +32,7 @@ export function parseViewState(search) {
     window: hasWindow ? [start, end] : null,
     event: parseEventIndex(q.get('event')),
     compare: parseCompare(q),
+    compact: q.get('compact') === '1', // a timeline stacked under another's (panels/compare.js): the timeline alone
   };
 }
 

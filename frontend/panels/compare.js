@@ -67,10 +67,11 @@ export class ComparePanel {
    * (the share link follows it). onOverlay(run): plot the baseline run's steps beside this
    * one's in the waveform panel (aligned by step number there).
    */
-  constructor({onName, onChange, onOverlay} = {}) {
+  constructor({onName, onChange, onOverlay, onStack} = {}) {
     this.onName = onName || (() => {});
     this.onChange = onChange || (() => {});
     this.onOverlay = onOverlay || (() => {});
+    this.onStack = onStack || (() => {});
     this.runs = [];
     this.target = null; // {run, host}: the trace shown
     this.base = null; // {run, host}: the baseline
@@ -266,7 +267,12 @@ export class ComparePanel {
       this.base && this.target && this.base.run !== this.target.run && a.base.steps && a.candidate.steps
         ? el('button', {type: 'button', class: 'tbr-button tbr-cmp-overlay', 'data-testid': 'compare-overlay',
           title: 'Tick the baseline run in the waveform panel: both runs\' steps on one axis, by step number',
-          onclick: () => this.onOverlay(this.base.run)}, 'Overlay steps in the waveforms') : null);
+          onclick: () => this.onOverlay(this.base.run)}, 'Overlay steps in the waveforms') : null,
+      this.base && a.base.steps && a.candidate.steps
+        ? el('button', {type: 'button', class: 'tbr-button tbr-cmp-overlay', 'data-testid': 'compare-stack',
+          title: 'The baseline\'s timeline under this one, zoomed and panned with it, aligned at the first step both show',
+          onclick: () => this.onStack({base: this.base, first: Math.max(Number(a.base.first_step), Number(a.candidate.first_step))})},
+        'Stack the timelines') : null);
     const seriesRows = (a.series || []).map((r) => {
       const b = r.base || {};
       const c = r.candidate || {};

@@ -118,3 +118,37 @@ def test_both_runs_steps_overlaid_in_the_waveforms_look_right(server, browser) -
         legend = page.locator("[data-testid=wave-legend]").inner_text()
         assert "slow_matmul / worker0.1" in legend and "base / worker0.1" in legend
         save_shot(page, "compare-overlay-waveforms")
+
+
+def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one_zoom(server, browser) -> None:
+    with checked_page(browser, height=1200) as page:
+        open_view(page, server)
+        page.click("[data-testid=compare-open]")
+        page.wait_for_function(READY, timeout=30000)
+        page.click("[data-testid=compare-stack]")
+        page.wait_for_function("() => document.querySelector('[data-testid=stack]')?.dataset.ready === '1'",
+                               timeout=30000)
+        frame = page.frame_locator("[data-testid=stack-frame]")
+        inner = next(f for f in page.frames if "compact=1" in f.url)
+        wait_loaded(inner)
+        mine = server.get_json(f"waveforms?{urlencode({'run': 'slow_matmul', 'host': HOST})}")[1]["steps"]
+        base = server.get_json(f"waveforms?{urlencode({'run': 'base', 'host': HOST})}")[1]["steps"]
+        s2 = next(s for s in mine if s["step"] == 2)
+        b2 = next(s for s in base if s["step"] == 2)
+        offset = b2["start_us"] - s2["start_us"]  # aligned at the first step both show
+        page.evaluate("([a, b]) => window.tbReduceDashboard.timeline.setView(a, b)", [s2["start_us"] - 3000,
+                                                                                      s2["start_us"] + 3000])
+        view = page.evaluate("() => window.tbReduceDashboard.timeline.getView()")
+        other = inner.evaluate("() => window.tbReduceDashboard.timeline.getView()")
+        assert other[0] - view[0] == pytest.approx(offset, abs=1e-3) and other[1] - view[1] == pytest.approx(offset, abs=1e-3)
+        assert (b2["start_us"] - other[0]) == pytest.approx(s2["start_us"] - view[0], abs=1e-3)  # step 2 under step 2
+        # panned below: the timeline above follows
+        inner.evaluate("([a, b]) => window.tbReduceDashboard.timeline.setView(a, b)", [other[0] + 500, other[1] + 500])
+        view2 = page.evaluate("() => window.tbReduceDashboard.timeline.getView()")
+        assert view2[0] == pytest.approx(view[0] + 500, abs=1e-3)
+        assert frame.locator("[data-testid=timeline]").is_visible()
+        assert inner.evaluate("() => getComputedStyle(document.querySelector('[data-testid=stats]')).display") == "none"
+        wait_loaded(inner)
+        save_shot(page, "compare-stacked-timelines")
+        page.click("[data-testid=stack-close]")
+        assert page.locator("[data-testid=stack]").count() == 0
