@@ -10,9 +10,12 @@ the last sample before its start (allocated memory stays allocated until freed).
 
 Reading the samples needs the events' args, which the index does not keep: the events are
 read back from the trace (`reduce.pipeline.memory_samples`); the rest here is arrays.
-JAX and XLA write no such events into a CPU profile's XSpace (checked on JAX 0.10's CPU
-profiles: their planes hold no memory events or allocator stats), so these series are
-PyTorch's for now.
+JAX and XLA write no such events into a CPU profile's XSpace: checked on JAX's CPU profiles
+(the demo's and tests/fixtures/compare/jax_*.xplane.pb), whose planes (`/host:CPU`,
+`/host:metadata`) hold no allocator stat and no memory event — the only names that speak of
+memory are host ops such as `AllocateOutputBuffersWithInputReuse`, slices like any other.
+XProf's memory profile is built from allocation events of device planes (GPU, TPU), which
+a CPU profile has none of; so these series are PyTorch's for now.
 """
 
 from __future__ import annotations
