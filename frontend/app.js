@@ -1022,7 +1022,11 @@ class Dashboard {
           this.renderMarks();
         }}, '\u00d7'));
     this.compare = new ComparePanel({
-      onName: (name) => this.search.setQuery(name), // highlighted where they are in this trace
+      onName: (name) => { // highlighted where they are in this trace, and in the baseline's stacked under it
+        this.search.setQuery(name);
+        const other = this.stack && this.stack.frame.contentWindow && this.stack.frame.contentWindow.tbReduceDashboard;
+        if (other && other.search) other.search.setQuery(name);
+      },
       onChange: () => this.updateLinks(),
       onOverlay: (run) => this.overlayRun(run),
       onStack: ({base, first}) => this.stackTimelines(base, first),

@@ -149,6 +149,10 @@ def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one
         assert frame.locator("[data-testid=timeline]").is_visible()
         assert inner.evaluate("() => getComputedStyle(document.querySelector('[data-testid=stats]')).display") == "none"
         wait_loaded(inner)
+        page.click("[data-testid=compare] tr[data-name='aten::mm']")  # a name: searched in both timelines
+        for f in (page, inner):
+            f.wait_for_function("() => window.tbReduceDashboard.queryState().search.query === 'aten::mm'",
+                                timeout=10000)
         save_shot(page, "compare-stacked-timelines")
         page.click("[data-testid=stack-close]")
         assert page.locator("[data-testid=stack]").count() == 0
