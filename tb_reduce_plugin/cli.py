@@ -673,9 +673,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "baseline:SERIES:+MARGIN (with --baseline), stall:250ms or "
                         "name:REGEX:300ms, REGEX in RE2 syntax as the search's (repeatable; "
                         "any replaces the defaults)")
-    v.add_argument("--baseline", default=None, metavar="TRACE",
-                   help="a trace of the run each window is compared with by baseline:SERIES:+MARGIN triggers "
-                        "(e.g. baseline:step_time:+10%%): the run before a change")
+    v.add_argument("--baseline", default=None, metavar="RUN",
+                   help="the run each window is compared with by baseline:SERIES:+MARGIN triggers (e.g. "
+                        "baseline:step_time:+10%%), the run before a change: a trace, a folder holding one, or a run "
+                        "of LOGDIR by its name")
     v.add_argument("--before", type=_seconds, default=10.0, help="raw time kept before an anomaly (default 10s)")
     v.add_argument("--after", type=_seconds, default=10.0, help="raw time kept after an anomaly (default 10s)")
     v.add_argument("--max-per-hour", type=_positive, default=6,

@@ -103,7 +103,7 @@ class LiveConfig:
     keep: int = 50
     ring_mb: float = 2048.0
     triggers: Optional[Sequence[str]] = None  # None: the defaults (step:2x, stall:250ms)
-    baseline: Optional[str] = None  # a trace of the run `baseline:` triggers compare each window with
+    baseline: Optional[str] = None  # a trace (or a run's folder, or a run of the logdir by name) `baseline:` triggers use
     before_s: float = 10.0  # raw windows kept before an anomaly
     after_s: float = 10.0  # and after it
     settle_s: float = 1.0  # a file unchanged this long is complete
@@ -323,6 +323,8 @@ class Sidecar:
                 raise TraceError(f"trigger {wanted[0]!r} compares with a baseline run: give --baseline "
                                  f"(a trace of that run)")
             return None
+        if not os.path.exists(path) and os.path.exists(os.path.join(self.logdir, path)):
+            path = os.path.join(self.logdir, path)  # a run of the logdir, by its name
         if os.path.isdir(path):
             found = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if split_trace_name(f))
             if len(found) != 1:

@@ -87,6 +87,10 @@ def test_the_sidecar_reads_its_baseline_once_and_refuses_a_baseline_trigger_with
         Sidecar(LiveConfig(**cfg))
     car = Sidecar(LiveConfig(**cfg, baseline=str(BASE)))
     assert car.baseline is not None and car.baseline.steps == 7
+    (tmp_path / "logdir" / "before").mkdir(parents=True)
+    (tmp_path / "logdir" / "before" / BASE.name).write_bytes(BASE.read_bytes())
+    named = Sidecar(LiveConfig(**cfg, baseline="before"))  # a run of the logdir, by its name
+    assert named.baseline is not None and named.baseline.medians == car.baseline.medians
     two = tmp_path / "two"
     two.mkdir()
     for p in (BASE, RERUN):
