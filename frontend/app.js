@@ -334,8 +334,9 @@ class Dashboard {
     this.syncHostControls(first);
     this.compare.setRuns(this.runs);
     if (this.initial.compare && !this.multi()) { // a link to a comparison
-      const {baseRun, baseHost, steps} = this.initial.compare;
-      this.compare.open({target: {run: this.sel.run, host: this.sel.host}, base: {run: baseRun, host: baseHost}, steps});
+      const {baseRun, baseHost, steps, baseSteps} = this.initial.compare;
+      this.compare.open({target: {run: this.sel.run, host: this.sel.host}, base: {run: baseRun, host: baseHost}, steps,
+        baseSteps});
     }
     const linked = hostOk || this.multi();
     let firstLoad;
@@ -523,16 +524,17 @@ class Dashboard {
 
   /**
    * The baseline's timeline under this one (the `view` page, compact, in a frame of the same
-   * origin), aligned at the start of step `first` in both (absolute times differ between
-   * runs): one zoom and pan for both, whichever is moved.
+   * origin), the start of its step `firstBase` under the start of this one's step `first`
+   * (the same number, comparing runs; absolute times differ between runs): one zoom and pan
+   * for both, whichever is moved.
    */
-  async stackTimelines(base, first) {
+  async stackTimelines(base, first, firstBase = first) {
     this.unstack();
     const [mine, theirs] = await Promise.all([this.waveforms.waves(this.sel.run, this.sel.host),
       this.waveforms.waves(base.run, base.host)]);
-    const at = (doc) => (doc && Array.isArray(doc.steps) ? doc.steps.find((s) => Number(s.step) >= first) : null);
-    const a = at(mine);
-    const b = at(theirs && a ? {steps: theirs.steps.filter((s) => Number(s.step) === Number(a.step))} : null);
+    const at = (doc, n) => (doc && Array.isArray(doc.steps) ? doc.steps.find((s) => Number(s.step) >= n) : null);
+    const a = at(mine, first);
+    const b = a ? at(theirs, firstBase === first ? Number(a.step) : firstBase) : null;
     if (!a || !b) return;
     const offset = Number(b.start_us) - Number(a.start_us);
     const view = this.timeline.getView() || [Number(a.start_us), Number(a.end_us)];
@@ -542,7 +544,7 @@ class Dashboard {
       src: new URL(`view?${params}`, BASE).href});
     const box = el('section', {class: 'tbr-stack', 'data-testid': 'stack', 'aria-label': 'The baseline\'s timeline'},
       el('div', {class: 'tbr-cmp-head'}, el('span', {class: 'tbr-agg-title'}, 'Baseline'),
-        el('span', {}, `${base.run} · ${base.host}, aligned at step ${a.step} (${formatDuration(offset)} apart)`),
+        el('span', {}, `${base.run} · ${base.host}, its step ${b.step} under step ${a.step} (${formatDuration(offset)} apart)`),
         el('button', {type: 'button', class: 'tbr-agg-close', 'data-testid': 'stack-close', 'aria-label': 'Unstack',
           title: 'Unstack', onclick: () => this.unstack()}, '\u00d7')), frame);
     this.timelineBox.after(box);
@@ -1029,7 +1031,7 @@ class Dashboard {
       },
       onChange: () => this.updateLinks(),
       onOverlay: (run) => this.overlayRun(run),
-      onStack: ({base, first}) => this.stackTimelines(base, first),
+      onStack: ({base, first, firstBase}) => this.stackTimelines(base, first, firstBase ?? first),
     });
     this.aggregate = new AggregatePanel({
       onClose: () => this.clearRange(),

@@ -41,7 +41,7 @@ export function parseCompare(q) {
   const baseRun = q.get('base_run');
   const baseHost = q.get('base_host');
   if (!baseRun || !baseHost) return null;
-  return {baseRun, baseHost, steps: q.get('steps') || ''};
+  return {baseRun, baseHost, steps: q.get('steps') || '', baseSteps: q.get('base_steps') || ''};
 }
 
 /** `hosts=a,b,…` (a merged view's hosts, in the run's order): the names, or null. */
@@ -104,6 +104,7 @@ export function linkParams(state) {
     params.set('base_run', state.compare.baseRun);
     params.set('base_host', state.compare.baseHost);
     if (state.compare.steps) params.set('steps', state.compare.steps);
+    if (state.compare.baseSteps) params.set('base_steps', state.compare.baseSteps);
   }
   return params;
 }

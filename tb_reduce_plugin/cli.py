@@ -235,7 +235,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     conditions = [parse_condition(spec) for spec in args.fail_if or ()]
     base, candidate = _one_trace(args.base), _one_trace(args.candidate)
     indexer = _indexer(args)
-    doc, verdicts = diff_files(base, candidate, args.steps, conditions,
+    doc, verdicts = diff_files(base, candidate, args.steps, conditions, base_steps=args.base_steps,
                                max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
     _keep_prepared(indexer)
@@ -635,6 +635,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("candidate", help="the trace compared with it, or a run's folder holding one")
     d.add_argument("--steps", type=_step_range, default=None, metavar="FIRST:LAST",
                    help="only these step numbers, both included, in each trace (e.g. 10:50, 10: or :50)")
+    d.add_argument("--base-steps", type=_step_range, default=None, metavar="FIRST:LAST",
+                   help="the base's own step numbers (default: --steps): with the same trace twice, a step range of "
+                        "it against another (tb-reduce diff T T --base-steps 10:20 --steps 40:50)")
     d.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="output on stdout (default table)")
     d.add_argument("--limit", type=_positive, default=25, help="names shown in the table (default 25; CSV and JSON "

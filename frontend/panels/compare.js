@@ -76,6 +76,7 @@ export class ComparePanel {
     this.target = null; // {run, host}: the trace shown
     this.base = null; // {run, host}: the baseline
     this.steps = '';
+    this.baseSteps = ''; // the baseline's own step numbers ('' : the same as this trace's)
     this.answer = null;
     this.all = false;
     this.sort = {key: 'delta', dir: -1};
@@ -93,8 +94,17 @@ export class ComparePanel {
         if (e.key === 'Enter') this.stepsEntered();
       },
       onchange: () => this.stepsEntered()});
+    this.baseStepsInput = el('input', {type: 'text', 'data-testid': 'compare-base-steps', class: 'tbr-cmp-steps', size: 9,
+      placeholder: 'the same', 'aria-label': 'The baseline\'s own step numbers, FIRST:LAST',
+      title: 'The baseline\'s own step numbers, e.g. 10:20 (empty: the same as this trace\'s): with this trace as its ' +
+        'own baseline, one range of its steps against another',
+      onkeydown: (e) => {
+        if (e.key === 'Enter') this.stepsEntered();
+      },
+      onchange: () => this.stepsEntered()});
     this.head = el('div', {class: 'tbr-cmp-head'},
       el('span', {class: 'tbr-agg-title'}, 'Compare with'), this.baseSelect,
+      el('label', {}, 'its steps ', this.baseStepsInput),
       el('label', {}, 'steps ', this.stepsInput),
       el('span', {class: 'tbr-muted', 'data-testid': 'compare-note'}),
       el('button', {type: 'button', class: 'tbr-agg-close', 'data-testid': 'compare-close',
@@ -120,8 +130,8 @@ export class ComparePanel {
     for (const r of this.runs) {
       for (const h of r.hosts || []) {
         const mine = this.target && r.run === this.target.run && h.host === this.target.host;
-        options.push(el('option', {value: JSON.stringify([r.run, h.host]), disabled: mine},
-          `${r.run} · ${h.host}${mine ? ' (shown)' : ''}`));
+        options.push(el('option', {value: JSON.stringify([r.run, h.host])},
+          `${r.run} · ${h.host}${mine ? ' (this trace: give its steps)' : ''}`));
       }
     }
     setChildren(this.baseSelect, options);
@@ -129,13 +139,16 @@ export class ComparePanel {
   }
 
   /** Opens (or follows) the comparison of `target` with `base` (default: another trace) over `steps`. */
-  open({target, base = null, steps = null}) {
+  open({target, base = null, steps = null, baseSteps = null}) {
     this.target = target;
     if (base) this.base = base;
     if (steps !== null) this.steps = parseSteps(steps) ?? '';
-    if (!this.base || (this.base.run === target.run && this.base.host === target.host)) this.base = this.otherThan(target);
+    if (baseSteps !== null) this.baseSteps = parseSteps(baseSteps) ?? '';
+    const itself = this.base && this.base.run === target.run && this.base.host === target.host;
+    if (!this.base || (itself && !this.baseSteps)) this.base = this.otherThan(target) || this.base;
     this.fillBase();
     this.stepsInput.value = this.steps;
+    this.baseStepsInput.value = this.baseSteps;
     this.element.hidden = false;
     if (!this.base) {
       this.element.dataset.state = 'error';
@@ -174,19 +187,23 @@ export class ComparePanel {
   /** What a share link carries: null when closed. */
   state() {
     if (!this.isOpen || !this.base) return null;
-    return {baseRun: this.base.run, baseHost: this.base.host, steps: this.steps};
+    return {baseRun: this.base.run, baseHost: this.base.host, steps: this.steps, baseSteps: this.baseSteps};
   }
 
   stepsEntered() {
     const steps = parseSteps(this.stepsInput.value);
-    if (steps === null) {
-      this.stepsInput.setAttribute('aria-invalid', 'true');
+    const baseSteps = parseSteps(this.baseStepsInput.value);
+    for (const [input, value] of [[this.stepsInput, steps], [this.baseStepsInput, baseSteps]]) {
+      if (value === null) input.setAttribute('aria-invalid', 'true');
+      else input.removeAttribute('aria-invalid');
+    }
+    if (steps === null || baseSteps === null) {
       this.note.textContent = 'steps: give first:last step numbers, e.g. 10:50';
       return;
     }
-    this.stepsInput.removeAttribute('aria-invalid');
-    if (steps === this.steps && this.answer) return;
+    if (steps === this.steps && baseSteps === this.baseSteps && this.answer) return;
     this.steps = steps;
+    this.baseSteps = baseSteps;
     this.ask();
   }
 
@@ -206,6 +223,7 @@ export class ComparePanel {
     this.onChange();
     const params = {run: this.target.run, host: this.target.host, base_run: this.base.run, base_host: this.base.host};
     if (this.steps) params.steps = this.steps;
+    if (this.baseSteps) params.base_steps = this.baseSteps;
     getJson('compare', params, controller.signal).then((answer) => {
       if (seq !== this.seq) return;
       this.answer = answer;
@@ -271,7 +289,11 @@ export class ComparePanel {
       this.base && a.base.steps && a.candidate.steps
         ? el('button', {type: 'button', class: 'tbr-button tbr-cmp-overlay', 'data-testid': 'compare-stack',
           title: 'The baseline\'s timeline under this one, zoomed and panned with it, aligned at the first step both show',
-          onclick: () => this.onStack({base: this.base, first: Math.max(Number(a.base.first_step), Number(a.candidate.first_step))})},
+          onclick: () => this.onStack(this.baseSteps
+            // one range of steps against another: each side's own first step under the other's
+            ? {base: this.base, first: Number(a.candidate.first_step), firstBase: Number(a.base.first_step)}
+            // the same steps of two runs: the first step number both show, under itself
+            : {base: this.base, first: Math.max(Number(a.base.first_step), Number(a.candidate.first_step))})},
         'Stack the timelines') : null);
     const seriesRows = (a.series || []).map((r) => {
       const b = r.base || {};

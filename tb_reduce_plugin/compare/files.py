@@ -24,19 +24,25 @@ PathLike = Union[str, "os.PathLike[str]"]
 def diff_files(base: PathLike, candidate: PathLike, steps: Optional[StepRange] = None,
                conditions: Sequence[Condition] = (), max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
                max_memory_bytes: Optional[int] = None,
-               indexer: Optional[Callable[..., TraceIndex]] = None) -> tuple[dict[str, Any], list[Verdict]]:
-    """The comparison document of `candidate` against `base`, and the gate's verdicts."""
+               indexer: Optional[Callable[..., TraceIndex]] = None,
+               base_steps: Optional[StepRange] = None) -> tuple[dict[str, Any], list[Verdict]]:
+    """The comparison document of `candidate` against `base`, and the gate's verdicts.
+    `steps` chooses the steps of both, `base_steps` (when given) the base's own: a step
+    range of a trace can be the baseline of another range of the same trace."""
     paths = [os.fspath(base), os.fspath(candidate)]
     labels = _labels(paths)
     budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
     sides = []
-    for path, label in zip(paths, labels):
+    ranges = [base_steps if base_steps is not None else steps, steps]
+    if paths[0] == paths[1] and ranges[0] != ranges[1]:  # one trace, two step ranges: named by them
+        labels = [f"{labels[0]} steps {ranges[0] or 'all'}", f"{labels[1]} steps {ranges[1] or 'all'}"]
+    for path, label, rng in zip(paths, labels, ranges):
         reading = budget.account(f"reading {os.path.basename(path)}")
         index = (indexer or index_file)(path, max_inflated_bytes=max_inflated_bytes, account=reading)
         index.account = reading
         with budget.account(f"deriving the steps of {os.path.basename(path)}") as deriving:
             series = derive_index(index, deriving)
-        sides.append(Side.of(label, index.table, series, steps))
+        sides.append(Side.of(label, index.table, series, rng))
     with budget.account("comparing the two traces") as comparing:
         comparing.charge(sum(working_bytes(s.table) for s in sides), "the range tables of both traces")
         doc = compare(sides[0], sides[1])

@@ -25,7 +25,7 @@ Routes, under `/data/plugin/tb_reduce/`:
   the whole trace (folded ones too), in time order, a page at a time
 - `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
   self and longest time of a range, from every original slice
-- `compare?run=&host=&base_run=&base_host=&steps=&limit=` — the trace against a baseline
+- `compare?run=&host=&base_run=&base_host=&steps=&base_steps=&limit=` — the trace against a baseline
   trace, as `tb-reduce diff --format json` gives it: per-step series and the names' exact
   sums, the `limit` (default 5,000) that changed most
 - `view?run=&host=&level=&start_us=&end_us=` — a standalone page that opens that view
@@ -468,16 +468,20 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         run, host = _text_param(request, "run"), _text_param(request, "host")
         base_run, base_host = _text_param(request, "base_run"), _text_param(request, "base_host")
         assert run is not None and host is not None and base_run is not None and base_host is not None
-        text = _text_param(request, "steps", required=False)
-        try:
-            steps = None if text is None else parse_step_range(text)
-        except ValueError as exc:
-            raise RequestError(400, str(exc)) from None
+        ranges = []
+        for name in ("steps", "base_steps"):
+            text = _text_param(request, name, required=False)
+            try:
+                ranges.append(None if text is None else parse_step_range(text))
+            except ValueError as exc:
+                raise RequestError(400, f"{name}: {exc}") from None
+        steps, base_steps = ranges
         limit = _count_param(request, "limit")
         if limit is not None and not 1 <= limit <= MAX_COMPARE_NAMES:
             raise RequestError(400, f"limit must be 1 to {MAX_COMPARE_NAMES:,}")
         return _json(request, self.service.compare(base_run, base_host, run, host, steps,
-                                                   **({} if limit is None else {"limit": limit})))
+                                                   **({} if limit is None else {"limit": limit}),
+                                                   base_steps=base_steps))
 
     def _info(self, request: wrappers.Request) -> wrappers.Response:
         store = self.service.store

@@ -656,14 +656,15 @@ class TraceService:
 
     # ---- comparing two traces (compare/) ---------------------------------------------
     def compare(self, base_run: str, base_host: str, run: str, host: str,
-                steps: Optional[StepRange] = None, limit: Optional[int] = COMPARE_NAMES) -> dict:
+                steps: Optional[StepRange] = None, limit: Optional[int] = COMPARE_NAMES,
+                base_steps: Optional[StepRange] = None) -> dict:
         """(run, host) against the baseline (base_run, base_host): both traces' per-step
         series and every name's exact statistics over the chosen steps (`compare.diff`).
         Each side is made from its own index in turn (never two held for it at once) and
         kept: what a side holds is its steps and its names' sums, a few kB (`SIDES_BYTES` in
         all). `limit`: the names answered, the largest changes first (`names_total` says how
         many there are)."""
-        base = self._side(base_run, base_host, steps)
+        base = self._side(base_run, base_host, base_steps if base_steps is not None else steps)
         cand = self._side(run, host, steps)
         doc = compare_sides(base, cand)
         names = doc["names"]
@@ -671,7 +672,8 @@ class TraceService:
         if limit is not None and len(names) > limit:  # the largest changes (markers last), a page a browser holds
             doc["names"] = names[:limit]
         return {"base_run": base_run, "base_host": base_host, "run": run, "host": host,
-                "steps": None if steps is None else str(steps), **doc}
+                "steps": None if steps is None else str(steps),
+                "base_steps": None if base_steps is None else str(base_steps), **doc}
 
     def _side(self, run: str, host: str, steps: Optional[StepRange]) -> Side:
         tf = self.trace_file(run, host)
@@ -687,7 +689,8 @@ class TraceService:
                 account.charge(query_aggregate.working_bytes(idx.table), f"the names of {_name(tf)}",
                                alongside=idx.account.total if idx.account is not None else 0)
                 try:
-                    side = Side.of(f"{run} · {host}", idx.table, derive_index(idx, account), steps)
+                    label = f"{run} · {host}" + ("" if steps is None else f" · steps {steps}")
+                    side = Side.of(label, idx.table, derive_index(idx, account), steps)
                     side.names  # noqa: B018  (made now, while the table is at hand)
                 finally:
                     self._settle_index(idx)

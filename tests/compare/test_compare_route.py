@@ -38,7 +38,7 @@ def test_the_route_answers_what_the_command_line_prints(tmp_path: Path) -> None:
     assert doc["names"] == want["names"] and doc["series"] == want["series"]
     assert doc["base"]["steps"] == doc["candidate"]["steps"] == 10 and doc["steps"] == "3:12"
     assert (doc["base_run"], doc["run"]) == ("base", "slow_matmul")
-    assert doc["base"]["trace"] == f"base · {host}"
+    assert doc["base"]["trace"] == f"base · {host} · steps 3:12"
     assert next(n for n in doc["names"] if not n["marker"])["name"] == "aten::mm"
     again = get(c, "compare", run="slow_matmul", host=host, base_run="base", base_host=host, steps="3:12")
     assert body_json(again) == doc  # from the kept sides
@@ -116,3 +116,16 @@ def test_a_storm_of_comparisons_stays_within_the_budget_of_a_real_server(tmp_pat
         assert "Traceback" not in tb.tail()
     finally:
         tb.stop()
+
+
+def test_a_range_of_a_trace_is_the_baseline_of_another_range_of_it(tmp_path: Path) -> None:
+    c = client(make_plugin(logdir_of(tmp_path), tmp_path / "cache"))
+    r = get(c, "compare", run="slow_loader", host="worker0.1", base_run="slow_loader", base_host="worker0.1",
+            steps="8:13", base_steps="2:7")
+    assert r.status_code == 200, r.get_data()[:300]
+    doc = body_json(r)
+    assert doc["base_steps"] == "2:7" and doc["steps"] == "8:13"
+    assert (doc["base"]["first_step"], doc["candidate"]["first_step"]) == (2, 8)
+    bad = get(c, "compare", run="slow_loader", host="worker0.1", base_run="base", base_host="worker0.1",
+              base_steps="7:2")
+    assert bad.status_code == 400 and "base_steps" in body_json(bad)["error"]

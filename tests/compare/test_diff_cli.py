@@ -263,3 +263,16 @@ def test_run_folders_holding_one_trace_each_compare_as_their_traces(tmp_path: Pa
     (tmp_path / "empty").mkdir()
     r = run(str(tmp_path / "main"), str(tmp_path / "empty"))
     assert r.returncode == 2 and "no trace in this folder" in r.stderr
+
+
+def test_a_step_range_of_a_trace_against_another_range_of_the_same_trace() -> None:
+    """`--base-steps`: the memory run's steps before it starts keeping tensors against those after."""
+    doc, _ = as_json(str(MEMORY), str(MEMORY), "--base-steps", "2:5", "--steps", "9:13")
+    assert (doc["base"]["first_step"], doc["base"]["last_step"], doc["base"]["steps"]) == (2, 5, 4)
+    assert (doc["candidate"]["first_step"], doc["candidate"]["last_step"], doc["candidate"]["steps"]) == (9, 13, 5)
+    assert doc["base"]["trace"].endswith("steps 2:5") and doc["candidate"]["trace"].endswith("steps 9:13")
+    memory = next(r for r in doc["series"] if r["series"] == "memory_peak_mb_cpu")
+    assert memory["delta"] > 20  # 4 MiB more a step from step 6
+    gate = run(str(MEMORY), str(MEMORY), "--base-steps", "2:5", "--steps", "9:13", "--fail-if",
+               "memory_peak_mb_cpu:+10%")
+    assert gate.returncode == 1 and "FAIL memory_peak_mb_cpu" in gate.stderr

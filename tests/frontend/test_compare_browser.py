@@ -156,3 +156,20 @@ def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one
         save_shot(page, "compare-stacked-timelines")
         page.click("[data-testid=stack-close]")
         assert page.locator("[data-testid=stack]").count() == 0
+
+
+def test_a_trace_against_an_earlier_range_of_its_own_steps(server, browser) -> None:
+    with checked_page(browser) as page:
+        open_view(page, server)
+        page.click("[data-testid=compare-open]")
+        page.wait_for_function(READY, timeout=30000)
+        page.select_option("[data-testid=compare-base]", value=f'["slow_matmul","{HOST}"]')
+        page.fill("[data-testid=compare-base-steps]", "2:5")
+        page.fill("[data-testid=compare-steps]", "9:13")
+        page.press("[data-testid=compare-steps]", "Enter")
+        page.wait_for_function("() => document.querySelector('[data-testid=compare-sides]')"
+                               "?.textContent.includes('4 steps, 2 to 5')", timeout=30000)
+        sides = page.locator("[data-testid=compare-sides]").inner_text()
+        assert "5 steps, 9 to 13" in sides and sides.count("slow_matmul") == 2
+        q = parse_qs(urlparse(page.get_attribute("[data-testid=share-link]", "href")).query)
+        assert q["base_steps"] == ["2:5"] and q["steps"] == ["9:13"] and q["base_run"] == ["slow_matmul"]
