@@ -74,7 +74,11 @@ def window_of(series: StepSeries, chosen: np.ndarray) -> Optional[tuple[float, f
     """The time range the chosen steps cover (from the first one's start to the last end)."""
     if not len(chosen):
         return None
-    return float(series.start_us[chosen].min()), float(series.end_us[chosen].max())
+    starts, ends = series.start_us[chosen], series.end_us[chosen]
+    starts, ends = starts[np.isfinite(starts)], ends[np.isfinite(ends)]
+    if not len(starts) or not len(ends) or not starts.min() < ends.max():
+        return None  # steps with no finite extent (a hostile trace): the whole trace
+    return float(starts.min()), float(ends.max())
 
 
 def series_values(series: StepSeries, chosen: np.ndarray) -> dict[str, np.ndarray]:

@@ -276,3 +276,17 @@ def test_a_step_range_of_a_trace_against_another_range_of_the_same_trace() -> No
     gate = run(str(MEMORY), str(MEMORY), "--base-steps", "2:5", "--steps", "9:13", "--fail-if",
                "memory_peak_mb_cpu:+10%")
     assert gate.returncode == 1 and "FAIL memory_peak_mb_cpu" in gate.stderr
+
+
+def test_a_hostile_trace_whose_steps_reach_the_end_of_the_floats_still_compares(tmp_path: Path) -> None:
+    events = [{"ph": "X", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": 1000.0 * i, "dur": 900.0}
+              for i in range(6)]
+    events += [{"ph": "X", "name": "ProfilerStep#9", "pid": 1, "tid": 1, "ts": 1e308, "dur": 1e308},
+               {"ph": "X", "name": "ProfilerStep#10", "pid": 1, "tid": 1, "ts": float("nan"), "dur": 5.0}]
+    events += [{"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": 1000.0 * i + 10, "dur": 100.0} for i in range(6)]
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps({"traceEvents": events}).replace("NaN", '"NaN"'))
+    doc, err = as_json(str(path), str(path), "--fail-if", "step_time:+5%", "--fail-if", "name:^op$:self:+5%")
+    assert [g["failed"] for g in doc["gate"]] == [False, False], err
+    op = next(r for r in doc["names"] if r["name"] == "op")["base"]
+    assert op["count"] * doc["base"]["steps"] == pytest.approx(6)  # every op, in steps numbered 0 to 9
