@@ -5,7 +5,7 @@ import {el, ensureStylesheet, isolated, setChildren, setText, visible} from './d
 import {formatBytes, formatCount, formatDuration, formatRatio, formatSeconds, formatSummaryName} from './format.js';
 import {TraceLoader} from './loader.js';
 import {IDLE_POLL_MS, POLL_MS, RunPoller, hasLiveRuns, isAnomalyRun, newestAnomaly, newestWindow} from './live.js';
-import {FLAG_SUMMARY, inputIndexOf} from './model.js';
+import {FLAG_SUMMARY, inputIndexOf, withMemory} from './model.js';
 import {WaveformPanel} from './panels/waveforms.js';
 import {fetchWindow, needsFetch, screenResolution} from './policy.js';
 import {LEVELS, downloadUrl, linkParams, parseViewState, roundUs, shareUrl, viewParams} from './state.js';
@@ -596,6 +596,29 @@ class Dashboard {
     this.stack = null;
   }
 
+  /**
+   * The allocator's totals as counter rows (`memory` route), for a view that shows Kineto's
+   * `[memory]` events (the counter rule keeps some in every bucket that has them): asked
+   * after the view is drawn, added to its model when they come, the view drawn again.
+   */
+  askMemory(model, key, window, resolution, tries = 0) {
+    if (this.multi() || !model.names.includes('[memory]') || tries > 30) return;
+    const params = {run: this.sel.run, host: this.sel.host};
+    const w = window || model.window;
+    if (window) Object.assign(params, {start_us: String(roundUs(w[0])), end_us: String(roundUs(w[1]))});
+    if (resolution) params.resolution = String(resolution);
+    else if (model.tb && model.tb.resolution) params.resolution = String(model.tb.resolution);
+    getJson('memory', params).then((answer) => {
+      if (!this.data || this.data.model !== model || this.data.key !== key) return; // another view meanwhile
+      if (answer && answer.pending) { // read once the trace's text is kept: ask again then
+        const ms = 1000 * Math.min(10, Math.max(1, Number(answer.retry_after_s) || 2));
+        setTimeout(() => this.askMemory(model, key, window, resolution, tries + 1), ms);
+        return;
+      }
+      if (withMemory(model, answer && answer.series)) this.timeline.setModel(model, this.data.window);
+    }, () => {}); // no memory rows: the view stands as it is
+  }
+
   /** A comparison's baseline run ticked in the waveform panel, beside the trace shown. */
   overlayRun(run) {
     this.waveforms.setCollapsed(false);
@@ -767,6 +790,7 @@ class Dashboard {
     this.labelLevels(tb, resolution);
     groupSummaryCounts(model);
     this.timeline.setModel(model, dataWindow);
+    this.askMemory(model, key, window, resolution);
     this.steps.setModel(model);
     this.steps.setView(this.timeline.getView());
     this.restoreSelection(model);

@@ -176,7 +176,6 @@ export function buildModel(doc) {
   }
 
   pairBeginEnd(events, beByTrack, {sTs, sDur, sTrack, sName, sK, sFlag}, inst, names);
-  addMemoryCounters(series, procOf, tb);
 
   // Display order of processes and tracks.
   const shownProcs = procs.filter((p) => p.used || hasSeries(series, p));
@@ -348,25 +347,36 @@ export function summaryInfo(model, k) {
 }
 
 /**
- * The allocator's totals the server reduced from Kineto's `[memory]` events
- * (`tb_reduce.memory`: per device, allocated and reserved MB, by the counter rule) as
- * counter rows of the process that allocated: k = -1, no trace event behind a sample.
+ * The allocator's totals of Kineto's `[memory]` events (the `memory` route: per device, MB
+ * over the view's window, reduced by the counter rule) added to `model`'s counters as rows
+ * of the process that allocated (one the view shows), in the order `packCounters` keeps:
+ * k = -1, no trace event behind a sample. Returns whether any was added.
  */
-function addMemoryCounters(series, procOf, tb) {
-  const memory = tb && Array.isArray(tb.memory) ? tb.memory : [];
-  for (const m of memory) {
+export function withMemory(model, series) {
+  let added = false;
+  for (const m of Array.isArray(series) ? series : []) {
     if (!m || !Array.isArray(m.ts) || !Array.isArray(m.mb) || m.ts.length !== m.mb.length) continue;
-    const s = {proc: procOf(m.pid), label: String(m.label ?? 'memory'), ts: [], val: [], k: []};
+    const proc = model.processes.findIndex((p) => idKey(p.pid) === idKey(m.pid));
+    if (proc < 0) continue;
+    const label = String(m.label ?? 'memory');
+    if (model.counters.some((c) => c.proc === proc && c.label === label)) continue;
+    const ts = [];
+    const val = [];
     for (let i = 0; i < m.ts.length; i += 1) {
       const t = num(m.ts[i]);
       const v = num(m.mb[i]);
       if (t === null || v === null) continue;
-      s.ts.push(t);
-      s.val.push(v);
-      s.k.push(-1);
+      ts.push(t - model.origin);
+      val.push(v);
     }
-    if (s.ts.length) series.set(`\u0002memory\u0001${idKey(m.pid)}\u0001${m.device}\u0001${m.key}`, s);
+    if (!ts.length) continue;
+    const order = ts.map((_, i) => i).sort((x, y) => ts[x] - ts[y]);
+    model.counters.push({proc, label, ts: Float64Array.from(order, (i) => ts[i]), val: Float64Array.from(order, (i) => val[i]),
+      k: new Int32Array(ts.length).fill(-1), min: Math.min(...val), max: Math.max(...val)});
+    added = true;
   }
+  if (added) model.counters.sort((a, b) => a.proc - b.proc || (a.label < b.label ? -1 : a.label > b.label ? 1 : 0));
+  return added;
 }
 
 function hasSeries(series, p) {

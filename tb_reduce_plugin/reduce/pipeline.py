@@ -422,8 +422,6 @@ def reduction_bytes(index: TraceIndex, level: Level, with_input_index: bool = Fa
         need += sample_bytes(n)  # the keys sampled to cut the slice order's buckets at
     if index.prepared.name_rank is None:  # sorting the distinct names once (`plan.name_rank`)
         need += NAME_RANK_BYTES_PER_NAME * len(index.table.names)
-    if MEMORY_EVENT in t.names:  # the [memory] events' totals, read once and kept with the table
-        need += 512 * MEMORY_CHUNK + (MEMORY_SAMPLE_BYTES * memory_event_count(t) if _cached(t) is None else 0)
     return need
 
 
@@ -437,10 +435,6 @@ def _reduce_index(index: TraceIndex, out: BinaryIO, level: Level, start_us: Opti
                    grow=charges.charge if charges is not None else None))
     plan_s = time.perf_counter() - t_plan
     obj = tb_reduce_object(index, p, level == "auto")
-    if MEMORY_EVENT in index.table.names:  # Kineto's allocations: the allocator's totals as counters
-        points = counter_points(cached_memory_samples(index), index.table.tracks, p.t0, p.t1, p.resolution)
-        if points:
-            obj["memory"] = points
     if with_input_index:
         obj["input_index"] = p.keep  # written by the JSON encoder from the array: no Python int per event
     if drop_args:
@@ -661,6 +655,27 @@ def cached_memory_samples(index: TraceIndex) -> MemorySamples:
     with _memory_lock:
         _memory_cache[key] = (weakref.ref(t, gone), samples)
     return samples
+
+
+def memory_bytes_needed(index: TraceIndex) -> int:
+    """What reading `index`'s `[memory]` totals holds, once (0 when read already, or none)."""
+    t = index.table
+    if MEMORY_EVENT not in t.names or _cached(t) is not None:
+        return 0
+    return 512 * MEMORY_CHUNK + MEMORY_SAMPLE_BYTES * memory_event_count(t)
+
+
+def memory_counters(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
+                    resolution: Optional[int]) -> list[dict]:
+    """The allocator's totals over a window (the whole trace: None) as counter series for the
+    timeline, `resolution` buckets (the view's), by the counter rule (`waveforms.memory`)."""
+    t = index.table
+    if MEMORY_EVENT not in t.names:
+        return []
+    lo, hi = default_window(t)
+    t0 = lo if start_us is None else start_us
+    t1 = hi if end_us is None else end_us
+    return counter_points(cached_memory_samples(index), t.tracks, t0, t1, resolution)
 
 
 def _one_memory_event(text: bytes) -> Optional[_MemoryEvent]:

@@ -25,6 +25,9 @@ Routes, under `/data/plugin/tb_reduce/`:
   the whole trace (folded ones too), in time order, a page at a time
 - `aggregate?run=&host=&start_us=&end_us=&pid=&tid=&limit=` — exact per-name counts, wall,
   self and longest time of a range, from every original slice
+- `memory?run=&host=&start_us=&end_us=&resolution=` — the allocator's totals from Kineto's
+  `[memory]` events over a window as counter series, reduced by the counter rule (`pending`,
+  with `retry_after_s`, until a gzip's text is kept)
 - `compare?run=&host=&base_run=&base_host=&steps=&base_steps=&limit=` — the trace against a baseline
   trace, as `tb-reduce diff --format json` gives it: per-step series and the names' exact
   sums, the `limit` (default 5,000) that changed most
@@ -284,6 +287,7 @@ class TraceReducePlugin(base_plugin.TBPlugin):
             "/search": self._search,
             "/aggregate": self._aggregate,
             "/compare": self._compare,
+            "/memory": self._memory,
             "/info": self._info,
             "/index.js": self._index_js,
             "/static/*": self._static,
@@ -463,6 +467,15 @@ class TraceReducePlugin(base_plugin.TBPlugin):
         return _json(request, self.service.aggregate(run, host, start, end, _text_param(request, "pid", required=False),
                                                      _text_param(request, "tid", required=False),
                                                      **({} if limit is None else {"limit": limit})))
+
+    def _memory(self, request: wrappers.Request) -> wrappers.Response:
+        run, host = _text_param(request, "run"), _text_param(request, "host")
+        assert run is not None and host is not None
+        start, end = _range_params(request)
+        resolution = _count_param(request, "resolution")
+        if resolution is not None and not 1 <= resolution <= MAX_RESOLUTION:
+            raise RequestError(400, f"resolution must be 1 to {MAX_RESOLUTION:,}")
+        return _json(request, self.service.memory(run, host, start, end, resolution))
 
     def _compare(self, request: wrappers.Request) -> wrappers.Response:
         run, host = _text_param(request, "run"), _text_param(request, "host")

@@ -56,7 +56,17 @@ from ..multihost.views import MergedViews
 from ..query import aggregate as query_aggregate
 from ..query import search as query_search
 from ..reduce.coarse_tier import tier_rows_of
-from ..reduce.pipeline import Level, TraceIndex, check_window, derive_index, event_json, index_file, reduce_index
+from ..reduce.pipeline import (
+    Level,
+    TraceIndex,
+    check_window,
+    derive_index,
+    event_json,
+    index_file,
+    memory_bytes_needed,
+    memory_counters,
+    reduce_index,
+)
 from ..reduce.plan import prepare_window_index
 from ..reduce.window_index import window_index_bytes
 from ..waveforms.categories import CATEGORIES
@@ -653,6 +663,32 @@ class TraceService:
             return out
 
         return self.flight.do(("waveforms", key), compute)
+
+    # ---- the memory timeline (Kineto's [memory] events) --------------------------------
+    def memory(self, run: str, host: str, start_us: Optional[float] = None, end_us: Optional[float] = None,
+               resolution: Optional[int] = None) -> dict:
+        """The allocator's totals over a window as counter series (`pipeline.memory_counters`):
+        read back once per index, when its events read back cheaply — a gzip's text kept —
+        else answered `pending` with no series (ask again in `retry_after_s`: its first view
+        keeps the text, and reading the events now would inflate the whole file once more). Not
+        a 503: a viewer's console would list every such answer as a failed load."""
+        check_window(start_us, end_us)
+        tf = self.trace_file(run, host)
+
+        def read(idx: TraceIndex) -> dict:
+            need = memory_bytes_needed(idx)
+            if need and not getattr(idx.source, "reads_cheaply", True):
+                return {"run": run, "host": host, "series": [], "pending": True, "retry_after_s": 2}
+            with self.budget.account(f"reading the memory of {_name(tf)}") as account:
+                account.charge(need, "the [memory] events' totals",
+                               alongside=idx.account.total if idx.account is not None else 0)
+                series = memory_counters(idx, start_us, end_us, resolution)
+            return {"run": run, "host": host, "series": series, "pending": False}
+
+        try:
+            return self.on_index(tf, read)
+        except FileChanged as exc:
+            return self.on_index(self._fresh(run, host, tf, exc), read)
 
     # ---- comparing two traces (compare/) ---------------------------------------------
     def compare(self, base_run: str, base_host: str, run: str, host: str,

@@ -146,11 +146,47 @@ def test_counters_keep_each_buckets_first_last_least_and_most_and_the_level_carr
     assert counter_points(MemorySamples.empty(), [], 0.0, 1.0, 10) == []
 
 
-def test_a_view_of_a_memory_profile_carries_its_counters_and_others_do_not() -> None:
+def test_the_memory_route_answers_the_counters_of_a_window_and_nothing_for_a_trace_without(tmp_path: Path) -> None:
+    from plugin_support import body_json, client, get, make_plugin
+
     from tb_reduce_plugin.reduce.pipeline import reduce_to_bytes
 
-    doc = json.loads(reduce_to_bytes(MEMORY_RUN, 2))
-    [allocated] = doc["tb_reduce"]["memory"]
+    logs = tmp_path / "logs"
+    (logs / "mem").mkdir(parents=True)
+    (logs / "mem" / "m.pt.trace.json").write_bytes(__import__("gzip").decompress(MEMORY_RUN.read_bytes()))
+    (logs / "base").mkdir()
+    shutil.copyfile(BASE, logs / "base" / "b.pt.trace.json.gz")
+    c = client(make_plugin(logs, tmp_path / "cache"))
+    whole = body_json(get(c, "memory", run="mem", host="m"))
+    [allocated] = whole["series"]  # reserved: 0 throughout on the CPU, left out
     assert allocated["device"] == "cpu" and allocated["key"] == "allocated" and max(allocated["mb"]) > 35
-    assert not any(e.get("ph") == "C" for e in doc["traceEvents"])  # the trace's own events are as before
-    assert "memory" not in json.loads(reduce_to_bytes(BASE, 2))["tb_reduce"]
+    lo, hi = allocated["ts"][100], allocated["ts"][200]
+    part = body_json(get(c, "memory", run="mem", host="m", start_us=lo, end_us=hi, resolution=10))["series"][0]
+    assert part["ts"][0] < lo and all(lo <= t <= hi for t in part["ts"][1:]) and len(part["ts"]) <= 41
+    assert body_json(get(c, "memory", run="base", host="b"))["series"] == []
+    assert get(c, "memory", run="mem", host="m", resolution=0).status_code == 400
+    assert get(c, "memory", run="nope", host="m").status_code == 404
+    doc = json.loads(reduce_to_bytes(MEMORY_RUN, 2))  # the reduced trace itself is as before
+    assert "memory" not in doc["tb_reduce"] and not any(e.get("ph") == "C" for e in doc["traceEvents"])
+
+
+def test_memory_is_pending_while_the_traces_events_do_not_read_back_cheaply(tmp_path: Path, monkeypatch) -> None:
+    """A gzip whose text is not kept yet: the route reads nothing (no second inflate of the
+    file) and says `pending`; once its events read back cheaply, the series."""
+    from tb_reduce_plugin.reduce import pipeline
+    from tb_reduce_plugin.serve.service import TraceService
+
+    (tmp_path / "logs" / "mem").mkdir(parents=True)
+    shutil.copyfile(MEMORY_RUN, tmp_path / "logs" / "mem" / "m.pt.trace.json.gz")
+    svc = TraceService(str(tmp_path / "logs"), cache_dir=str(tmp_path / "cache"))
+    svc.reduction("mem", "m", 2, None, None)
+    svc.wait_saved()
+    idx = svc.warm_index(svc.trace_file("mem", "m"))
+    assert pipeline._cached(idx.table) is None
+    monkeypatch.setattr(type(idx.source), "reads_cheaply", property(lambda self: False))
+    got = svc.memory("mem", "m")
+    assert got["pending"] and got["series"] == [] and got["retry_after_s"] >= 1
+    assert pipeline._cached(idx.table) is None  # nothing was read
+    monkeypatch.undo()
+    got = svc.memory("mem", "m")
+    assert not got["pending"] and got["series"][0]["key"] == "allocated"

@@ -242,6 +242,8 @@ def test_allocated_memory_is_a_counter_row_of_the_process_that_allocated(page, s
     """Kineto's `[memory]` totals as a counter in the timeline (issue 27, item 4), reduced
     by the server as counters are, drawn by the counter track; its samples lead to no event."""
     open_view(page, server, run="memory", host="mem")
+    page.wait_for_function("() => window.tbReduceDashboard.data.model.counters.some((c) => c.label.startsWith('memory'))",
+                           timeout=30000)  # asked once the view is drawn (pending until the gzip's text is kept)
     counters = page.evaluate("""() => window.tbReduceDashboard.data.model.counters.map((c) => ({
       label: c.label, n: c.ts.length, max: c.max, min: c.min, k: Array.from(c.k).slice(0, 3)}))""")
     mem = [c for c in counters if c["label"] == "memory allocated (cpu, MB)"]
