@@ -530,12 +530,22 @@ class Dashboard {
    */
   async stackTimelines(base, first, firstBase = first) {
     this.unstack();
-    const [mine, theirs] = await Promise.all([this.waveforms.waves(this.sel.run, this.sel.host),
-      this.waveforms.waves(base.run, base.host)]);
+    let mine = null;
+    let theirs = null;
+    try {
+      [mine, theirs] = await Promise.all([this.waveforms.waves(this.sel.run, this.sel.host),
+        this.waveforms.waves(base.run, base.host)]);
+    } catch (err) {
+      this.setStatus(`Could not stack the timelines: ${err.message}`, 'tbr-error');
+      return;
+    }
     const at = (doc, n) => (doc && Array.isArray(doc.steps) ? doc.steps.find((s) => Number(s.step) >= n) : null);
     const a = at(mine, first);
     const b = a ? at(theirs, firstBase === first ? Number(a.step) : firstBase) : null;
-    if (!a || !b) return;
+    if (!a || !b) {
+      this.setStatus('Could not stack the timelines: no step both traces show', 'tbr-error');
+      return;
+    }
     const offset = Number(b.start_us) - Number(a.start_us);
     const view = this.timeline.getView() || [Number(a.start_us), Number(a.end_us)];
     const params = new URLSearchParams({run: base.run, host: base.host, level: this.sel.level, compact: '1',
