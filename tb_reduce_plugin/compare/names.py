@@ -28,10 +28,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..model.mapped import scratch_array
 from ..model.table import EventTable
 from ..query.aggregate import aggregate
-from ..query.nesting import parents_of
+from ..query.nesting import children_durations
 from ..query.search import NameQuery, name_text
 from ..reduce import shared
 from ..reduce.shared import slices_of
@@ -124,15 +123,10 @@ def per_step_sums(t: EventTable, starts: np.ndarray, ends: np.ndarray, match: np
     n = len(sl)
     if not n or not k or not match.any():
         return out
-    parent = parents_of(t)
     by_start = np.argsort(starts, kind="stable")
     s_sorted, e_sorted = starts[by_start], ends[by_start]
     spans = [(a, min(a + shared.CHUNK_SLICES, n)) for a in range(0, n, shared.CHUNK_SLICES)]
-    with scratch_array(t.scratch, "children", n, np.float64) as children:
-        for a, b in spans:
-            p = np.asarray(parent[a:b])
-            has = p >= 0
-            np.add.at(children, p[has], _finite(np.asarray(sl.dur[a:b]))[has])
+    with children_durations(t) as children:
         for a, b in spans:
             rows = np.flatnonzero(match[np.asarray(sl.name[a:b])])
             if not len(rows):

@@ -27,7 +27,7 @@ import numpy as np
 from ..model.mapped import scratch_array
 from ..model.table import PH_E, PH_M, EventTable
 from ..query.aggregate import id_text
-from ..query.nesting import parents_of
+from ..query.nesting import children_durations
 from ..query.search import name_text
 from ..reduce import shared
 from ..reduce.shared import slices_of
@@ -93,21 +93,16 @@ def chunks(t: EventTable, steps: StepSeries, window: Optional[tuple[float, float
     rows = rows or CHUNK_ROWS
     sl = slices_of(t)
     m = len(sl)
-    parent = parents_of(t) if m else np.zeros(0, dtype=np.int64)
     depth = sl.depth if m else np.zeros(0, dtype=np.int64)
     by_start = np.argsort(steps.start_us, kind="stable")
     s_sorted, e_sorted = steps.start_us[by_start], steps.end_us[by_start]
-    with scratch_array(t.scratch, "export-slice-of", n, np.int64) as slice_of, \
-            scratch_array(t.scratch, "export-children", m, np.float64) as children:
+    with scratch_array(t.scratch, "export-slice-of", n, np.int64) as slice_of, children_durations(t) as children:
         slice_of[:] = -1
         for a in range(0, m, shared.CHUNK_SLICES):
             b = min(a + shared.CHUNK_SLICES, m)
             slice_of[np.asarray(sl.event[a:b])] = np.arange(a, b)
             partner = np.asarray(sl.partner[a:b])
             slice_of[partner[partner >= 0]] = -2  # the E of a matched pair: its B's row holds it
-            p = np.asarray(parent[a:b])
-            has = p >= 0
-            np.add.at(children, p[has], np.asarray(sl.dur[a:b])[has])
         for a in range(0, n, rows):
             b = min(a + rows, n)
             ph = np.asarray(t.ph[a:b])

@@ -20,12 +20,13 @@ chain of deeply nested slices that all end together).
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+from typing import Iterator, Optional
 
 import numpy as np
 
 from ..index.prepared import prepared_of
-from ..model.mapped import spill
+from ..model.mapped import scratch_array, spill
 from ..model.slices import chunk_end
 from ..model.sorting import row_dtype
 from ..model.table import EventTable
@@ -126,3 +127,23 @@ def parents_of(t: EventTable) -> np.ndarray:
         found = direct_parents(sl.track, sl.start, sl.end, slice_order(t))
         parents = p.parents = spill(t.scratch, "parents", found)
     return parents
+
+
+@contextlib.contextmanager
+def children_durations(t: EventTable) -> Iterator[np.ndarray]:
+    """For the length of a `with`: per slice of `t`, the summed duration of its direct
+    children (`parents_of`; a duration that is not finite, a hostile trace's, as 0), what
+    its self time is its duration less of. One number a slice, in a scratch file where
+    the table has a folder; the slices read a chunk at a time. (A range table clips each
+    child to its window first: `aggregate` sums those itself.)"""
+    sl = slices_of(t)
+    n = len(sl)
+    parent = parents_of(t) if n else np.zeros(0, dtype=np.int64)
+    with scratch_array(t.scratch, "children", n, np.float64) as children:
+        for a in range(0, n, shared.CHUNK_SLICES):
+            b = min(a + shared.CHUNK_SLICES, n)
+            p = np.asarray(parent[a:b])
+            has = p >= 0
+            dur = np.asarray(sl.dur[a:b])
+            np.add.at(children, p[has], np.where(np.isfinite(dur), dur, 0.0)[has])
+        yield children
