@@ -233,9 +233,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from .compare.report import CSV_HEADER, csv_rows, table_text
 
     conditions = [parse_condition(spec) for spec in args.fail_if or ()]
-    base, candidate = _one_trace(args.base), _one_trace(args.candidate)
+    (base, base_version), (candidate, candidate_version) = _one_trace(args.base), _one_trace(args.candidate)
     indexer = _indexer(args)
     doc, verdicts = diff_files(base, candidate, args.steps, conditions, base_steps=args.base_steps,
+                               expect=(base_version, candidate_version),
                                max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
                                max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
     _keep_prepared(indexer)
@@ -268,16 +269,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
     indexer = _indexer(args)
     limits = dict(max_inflated_bytes=int(args.max_inflated_mb * 1024 * 1024),
                   max_memory_bytes=int(args.max_memory_mb * 1024 * 1024), indexer=indexer)
-    jobs = _export_jobs(args.input, args.output) if os.path.isdir(args.input) else [(args.input, args.output, None)]
-    for src, out, host in jobs:
-        got = export_file(src, out, args.start_us, args.end_us, from_start=relative, host=host, **limits)
+    jobs = (_export_jobs(args.input, args.output) if os.path.isdir(args.input)
+            else [(args.input, args.output, None, None)])
+    for src, out, host, version in jobs:
+        got = export_file(src, out, args.start_us, args.end_us, from_start=relative, host=host, expect=version,
+                          **limits)
         _keep_prepared(indexer)
         print(f"{display_name(os.path.basename(src))}: {got['rows']:,} rows of {got['events']:,} events, "
               f"{_human(got['bytes'])} of Parquet written to {display_name(out)}")
     return 0
 
 
-def _export_jobs(folder: str, out_dir: str) -> list[tuple[str, str, Optional[str]]]:
+def _export_jobs(folder: str, out_dir: str) -> list[tuple[str, str, Optional[str], Any]]:
     """A run's folder exported: each host's trace to OUT/HOST.parquet (OUT/RUN/HOST.parquet
     where the folder holds several runs), with a `host` column; JAX's JSON export of an
     XSpace beside it is left out (the XSpace holds every event, the export at most JAX's cap)."""
@@ -293,14 +296,15 @@ def _export_jobs(folder: str, out_dir: str) -> list[tuple[str, str, Optional[str
     for f in sorted(files, key=lambda f: (f.run, f.host)):
         where = out_dir if len(runs) == 1 else os.path.join(out_dir, f.run.replace("/", "__") or "_")
         os.makedirs(where, exist_ok=True)
-        jobs.append((f.path, os.path.join(where, f"{f.host}.parquet"), f.host))
+        jobs.append((f.path, os.path.join(where, f"{f.host}.parquet"), f.host, f.identity()))
     return jobs
 
 
-def _one_trace(path: str) -> str:
-    """A trace file as given, or the one trace of a run's folder (`diff runs/main runs/pr`)."""
+def _one_trace(path: str) -> tuple[str, Any]:
+    """A trace file as given, or the one trace of a run's folder (`diff runs/main runs/pr`)
+    with the version the listing saw (read only if it is still that file)."""
     if not os.path.isdir(path):
-        return path
+        return path, None
     from .serve.discovery import Catalog
 
     files = sorted((f for f in Catalog(path, max_age_s=0).files().values() if not f.export_of), key=lambda f: f.path)
@@ -308,7 +312,7 @@ def _one_trace(path: str) -> str:
         hosts = ", ".join(display_name(f.host) for f in files[:5]) + (", …" if len(files) > 5 else "")
         raise TraceError(f"{display_name(path)}: " + (f"{len(files)} traces in this folder ({hosts}); give one file"
                                                       if files else "no trace in this folder"))
-    return files[0].path
+    return files[0].path, files[0].identity()
 
 
 def _stdout_gone() -> None:

@@ -9,7 +9,7 @@ import os
 from typing import Any, Callable, Optional
 
 from ..budget import MemoryBudget, Unlimited
-from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES
+from ..formats.sources import DEFAULT_MAX_INFLATED_BYTES, FileIdentity
 from ..reduce.pipeline import TraceIndex, derive_index, index_file
 from ..reduce.plan import check_window, default_window
 from ..reduce.writer import atomic_output
@@ -20,9 +20,11 @@ from .rows import CHUNK_ROWS, EVENT_BYTES, ROW_BYTES
 def export_file(src: str, out: str, start_us: Optional[float] = None, end_us: Optional[float] = None,
                 from_start: bool = False, host: Optional[str] = None,
                 max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES, max_memory_bytes: Optional[int] = None,
-                indexer: Optional[Callable[..., TraceIndex]] = None) -> dict[str, Any]:
+                indexer: Optional[Callable[..., TraceIndex]] = None,
+                expect: Optional[FileIdentity] = None) -> dict[str, Any]:
     """`src`'s rows in [start_us, end_us] (µs in the trace's clock, or from its start with
-    `from_start`) written to `out`; what was written."""
+    `from_start`) written to `out`; what was written. `expect`: the version a listing saw
+    (a run folder's), read only if it is still that one."""
     _pyarrow()  # before minutes of parsing: a missing pyarrow is said at once
     check_window(start_us, end_us)
     f, finish = atomic_output(out, {"the input trace": src})
@@ -30,7 +32,8 @@ def export_file(src: str, out: str, start_us: Optional[float] = None, end_us: Op
     try:
         budget = MemoryBudget(max_memory_bytes, flag="--max-memory-mb") if max_memory_bytes else Unlimited()
         reading = budget.account(f"reading {os.path.basename(src)}")
-        index = (indexer or index_file)(src, max_inflated_bytes=max_inflated_bytes, account=reading)
+        index = (indexer or index_file)(src, max_inflated_bytes=max_inflated_bytes, account=reading,
+                                        **({} if expect is None else {"expect": expect}))
         index.account = reading
         with budget.account(f"deriving the steps of {os.path.basename(src)}") as deriving:
             steps = derive_index(index, deriving)

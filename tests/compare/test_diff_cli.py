@@ -290,3 +290,27 @@ def test_a_hostile_trace_whose_steps_reach_the_end_of_the_floats_still_compares(
     assert [g["failed"] for g in doc["gate"]] == [False, False], err
     op = next(r for r in doc["names"] if r["name"] == "op")["base"]
     assert op["count"] * doc["base"]["steps"] == pytest.approx(6)  # every op, in steps numbered 0 to 9
+
+
+def test_a_folders_trace_replaced_after_it_was_listed_is_refused_not_read(tmp_path: Path) -> None:
+    """The version a run folder's listing saw is the one read (device, inode, size, mtime):
+    a file swapped in its place meanwhile is refused, by diff and by export alike."""
+    from tb_reduce_plugin.compare.files import diff_files
+    from tb_reduce_plugin.errors import TraceError
+    from tb_reduce_plugin.export.files import export_file
+    from tb_reduce_plugin.formats.sources import FileIdentity
+
+    path = tmp_path / "w.pt.trace.json.gz"
+    path.write_bytes(BASE.read_bytes())
+    listed = FileIdentity.from_stat(path.stat())
+    swapped = tmp_path / "new.gz"
+    swapped.write_bytes(SLOW_MATMUL.read_bytes())
+    swapped.replace(path)  # another file at the path now
+    with pytest.raises(TraceError, match="changed|replaced|not the file"):
+        diff_files(path, BASE, expect=(listed, None))
+    pytest.importorskip("pyarrow")
+    with pytest.raises(TraceError, match="changed|replaced|not the file"):
+        export_file(str(path), str(tmp_path / "out.parquet"), expect=listed)
+    assert not (tmp_path / "out.parquet").exists()
+    doc, _ = diff_files(path, BASE, expect=(FileIdentity.from_stat(path.stat()), None))  # the version listed now
+    assert doc["names"]
