@@ -2266,6 +2266,217 @@ static PyObject *events_may_need_cut(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* ---- summaries as JSON (`writer.summary_text`) ------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} OutText;
+
+static int out_put(OutText *o, const char *s, size_t n) {
+    if (n > o->cap - o->n) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (n > cap - o->n) {
+            if (cap > PY_SSIZE_T_MAX / 2) return -1;
+            cap *= 2;
+        }
+        char *p = realloc(o->p, cap);
+        if (!p) return -1;
+        o->p = p;
+        o->cap = cap;
+    }
+    memcpy(o->p + o->n, s, n);
+    o->n += n;
+    return 0;
+}
+
+#define OUT_LIT(o, lit) out_put((o), (lit), sizeof(lit) - 1)
+
+/* The decimal digits of u at out, at least `width` of them (zeros before): their count. */
+static int put_digits(char *out, unsigned long long u, int width) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n < width) tmp[n++] = '0';
+    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static int out_int(OutText *o, long long v) {
+    char tmp[24];
+    int n = 0;
+    if (v < 0) tmp[n++] = '-';
+    n += put_digits(tmp + n, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, 1);
+    return out_put(o, tmp, (size_t)n);
+}
+
+/* `repr` of a float in fixed notation without dtoa's bignums, for the usual cases: a
+ * trace's times in µs to the ns (three decimals) and their differences (exact multiples of
+ * a power of two: up to ~15 decimals). The first k from 0 on for which a whole m with
+ * m / 10^k == v exists (one correctly rounded division of two exact doubles: what reading
+ * the text back does) gives the shortest text; where 10^-k is more than v's spacing, at
+ * most one m at that k reads back as v, so it is repr's (the shortest, then the closest).
+ * Its length, or 0 (dtoa then): NaN, inf, below 1e-4 (repr's exponent form) or a number
+ * whose m would pass 2^53, and where the spacing is not below 10^-k. */
+static int short_repr(double v, char *out) {
+    static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    static const double tenth[] = {1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12,
+                                   1e-13, 1e-14, 1e-15};
+    const double exact = 9007199254740992.0;  /* 2^53: every whole number below is a double */
+    if (v == 0.0) {
+        int neg = signbit(v) != 0;
+        memcpy(out, neg ? "-0.0" : "0.0", neg ? 4 : 3);
+        return neg ? 4 : 3;
+    }
+    double a = fabs(v);
+    if (!(a >= 1e-4 && a < exact)) return 0;  /* NaN too */
+    double spacing = nextafter(a, INFINITY) - a;
+    for (int k = 0; k < 16 && a * pow10[k] < exact; k++) {
+        long long r = llround(v * pow10[k]);
+        for (long long m = r - 1; m <= r + 1; m++) {
+            if ((double)m / pow10[k] != v) continue;
+            if (!(tenth[k] > spacing)) return 0;
+            unsigned long long u = m < 0 ? (unsigned long long)(-m) : (unsigned long long)m;
+            unsigned long long p = (unsigned long long)pow10[k];
+            int n = 0;
+            if (m < 0) out[n++] = '-';
+            n += put_digits(out + n, u / p, 1);
+            out[n++] = '.';
+            n += k ? put_digits(out + n, u % p, k) : put_digits(out + n, 0, 1);
+            return n;
+        }
+    }
+    return 0;
+}
+
+/* A float as `repr` writes it (the shortest text that reads back as the number). */
+static int out_double(OutText *o, double v) {
+    char quick[48];
+    int n = short_repr(v, quick);
+    if (n) return out_put(o, quick, (size_t)n);
+    char *s = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!s) return -1;
+    int rc = out_put(o, s, strlen(s));
+    PyMem_Free(s);
+    return rc;
+}
+
+/* Item `i` of a list of bytes, checked: its text and length, or -1 (ValueError set). */
+static int bytes_item(PyObject *list, long long i, const char **s, Py_ssize_t *n) {
+    if (i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_ValueError, "summary_json: a code is out of its list");
+        return -1;
+    }
+    PyObject *b = PyList_GET_ITEM(list, (Py_ssize_t)i);
+    if (!PyBytes_Check(b)) {
+        PyErr_SetString(PyExc_TypeError, "summary_json: texts must be bytes");
+        return -1;
+    }
+    *s = PyBytes_AS_STRING(b);
+    *n = PyBytes_GET_SIZE(b);
+    return 0;
+}
+
+/* Offsets of n items into m values: n + 1 of them, from 0 on, never decreasing, at most m. */
+static int offsets_ok(const int64_t *off, Py_ssize_t n, Py_ssize_t m) {
+    if (off[0] < 0) return 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (off[k + 1] < off[k]) return 0;
+    return off[n] <= m;
+}
+
+PyDoc_STRVAR(summary_json_doc,
+"summary_json(head, tracks, track_code, labels, label_code, names, top_code, top_count, top_offsets,\n"
+"             start, end, count, busy, busy_offsets) -> bytes\n\n"
+"The summary slices of a plan as JSON, joined by ',\\n': `writer.summary_events`'s twin, to\n"
+"the byte (floats as `repr` writes them). Summary k is `head`, labels[label_code[k]] (its\n"
+"label's JSON without the closing quote), the `(+N more)` of its count, tracks[track_code[k]]\n"
+"(its pid and tid members), its ts and dur, its count and top names (names[top_code[j]],\n"
+"top_count[j] for j in top_offsets[k]:top_offsets[k + 1]) and its busy digits\n"
+"(busy[busy_offsets[k]:busy_offsets[k + 1]], none when busy is None). Codes int32, counts\n"
+"and offsets int64, times float64; every code and offset is checked (ValueError).");
+
+static PyObject *summary_json(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer head, btc, blc, bcode, bcount, boff, bstart, bend, bn, bbusy = {0}, bboff = {0};
+    PyObject *tracks, *labels, *names, *busy, *busy_off;
+    if (!PyArg_ParseTuple(args, "y*O!y*O!y*O!y*y*y*y*y*y*OO", &head, &PyList_Type, &tracks, &btc, &PyList_Type,
+                          &labels, &blc, &PyList_Type, &names, &bcode, &bcount, &boff, &bstart, &bend, &bn, &busy,
+                          &busy_off))
+        return NULL;
+    PyObject *result = NULL;
+    OutText o = {NULL, 0, 0};
+    int has_busy = busy != Py_None;
+    if (has_busy && (PyObject_GetBuffer(busy, &bbusy, PyBUF_SIMPLE) < 0 ||
+                     PyObject_GetBuffer(busy_off, &bboff, PyBUF_SIMPLE) < 0))
+        goto done;
+    Py_ssize_t n = bstart.len / 8, m = bcode.len / 4;
+    if (bstart.len % 8 || bend.len != bstart.len || bn.len != bstart.len || btc.len != 4 * n || blc.len != 4 * n ||
+        bcode.len % 4 || bcount.len != 8 * m || boff.len != 8 * (n + 1) ||
+        (has_busy && bboff.len != 8 * (n + 1)) || !offsets_ok(boff.buf, n, m) ||
+        (has_busy && !offsets_ok(bboff.buf, n, bbusy.len))) {
+        PyErr_SetString(PyExc_ValueError, "summary_json: arrays do not match");
+        goto done;
+    }
+    const int32_t *tc = btc.buf, *lc = blc.buf, *code = bcode.buf;
+    const int64_t *cnt = bcount.buf, *off = boff.buf, *num = bn.buf, *boffs = has_busy ? bboff.buf : NULL;
+    const double *st = bstart.buf, *en = bend.buf;
+    const char *bz = has_busy ? bbusy.buf : NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const char *s;
+        Py_ssize_t len;
+        if (k && OUT_LIT(&o, ",\n") < 0) goto nomem;
+        if (out_put(&o, head.buf, (size_t)head.len) < 0) goto nomem;
+        if (bytes_item(labels, lc[k], &s, &len) < 0) goto done;
+        if (out_put(&o, s, (size_t)len) < 0) goto nomem;
+        if (num[k] > 1) {
+            if (OUT_LIT(&o, " (+") < 0 || out_int(&o, (long long)num[k] - 1) < 0 || OUT_LIT(&o, " more)\"") < 0)
+                goto nomem;
+        } else if (OUT_LIT(&o, "\"") < 0) {
+            goto nomem;
+        }
+        if (bytes_item(tracks, tc[k], &s, &len) < 0) goto done;
+        if (OUT_LIT(&o, ",") < 0 || out_put(&o, s, (size_t)len) < 0 || OUT_LIT(&o, ",\"ts\":") < 0) goto nomem;
+        if (out_double(&o, st[k]) < 0 || OUT_LIT(&o, ",\"dur\":") < 0 || out_double(&o, en[k] - st[k]) < 0) goto nomem;
+        if (OUT_LIT(&o, ",\"args\":{\"count\":") < 0 || out_int(&o, (long long)num[k]) < 0 || OUT_LIT(&o, ",\"top\":[") < 0)
+            goto nomem;
+        for (int64_t j = off[k]; j < off[k + 1]; j++) {
+            if (bytes_item(names, code[j], &s, &len) < 0) goto done;
+            if ((j > off[k] && OUT_LIT(&o, ",") < 0) || OUT_LIT(&o, "[") < 0 || out_put(&o, s, (size_t)len) < 0 ||
+                OUT_LIT(&o, ",") < 0 || out_int(&o, (long long)cnt[j]) < 0 || OUT_LIT(&o, "]") < 0)
+                goto nomem;
+        }
+        if (OUT_LIT(&o, "]") < 0) goto nomem;
+        if (has_busy && boffs[k + 1] > boffs[k]) {
+            if (OUT_LIT(&o, ",\"busy\":\"") < 0 || out_put(&o, bz + boffs[k], (size_t)(boffs[k + 1] - boffs[k])) < 0 ||
+                OUT_LIT(&o, "\"") < 0)
+                goto nomem;
+        }
+        if (OUT_LIT(&o, "}}") < 0) goto nomem;
+    }
+    result = PyBytes_FromStringAndSize(o.p ? o.p : "", (Py_ssize_t)o.n);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    free(o.p);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&btc);
+    PyBuffer_Release(&blc);
+    PyBuffer_Release(&bcode);
+    PyBuffer_Release(&bcount);
+    PyBuffer_Release(&boff);
+    PyBuffer_Release(&bstart);
+    PyBuffer_Release(&bend);
+    PyBuffer_Release(&bn);
+    if (bbusy.obj) PyBuffer_Release(&bbusy);
+    if (bboff.obj) PyBuffer_Release(&bboff);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
@@ -2277,6 +2488,7 @@ static PyMethodDef module_methods[] = {
     {"gather", gather, METH_VARARGS, gather_doc},
     {"args_may_need_cut", args_may_need_cut, METH_VARARGS, args_may_need_cut_doc},
     {"events_may_need_cut", events_may_need_cut, METH_VARARGS, events_may_need_cut_doc},
+    {"summary_json", summary_json, METH_VARARGS, summary_json_doc},
     {"braces", braces, METH_O, "braces(text) -> int: how many '{' bytes `text` holds (rows a block may need)."},
     {"count_byte", count_byte, METH_VARARGS, count_byte_doc},
     {NULL, NULL, 0, NULL},
