@@ -29,8 +29,9 @@ _sanitize = os.environ.get("TB_REDUCE_SANITIZE") == "1"
 SCAN = Extension(
     "tb_reduce_plugin._scan",
     sources=["tb_reduce_plugin/_scan.c"],
-    # -ffp-contract=off: no fused multiply-add, so busy_parts computes what its numpy twin does, to the bit.
-    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-ffp-contract=off",
+    # -O3: the scan ~5 % faster than at -O2 (bench_scan.py). -ffp-contract=off: no fused multiply-add, so
+    # busy_parts computes what its numpy twin does, to the bit (nor does -O3 reassociate a sum).
+    extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-ffp-contract=off",
                         *(_SANITIZE if _sanitize else [])],
     extra_link_args=_SANITIZE[:1] if _sanitize else [],
 )
