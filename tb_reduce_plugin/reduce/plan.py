@@ -27,7 +27,7 @@ from ..index.prepared import prepared_of
 from ..model.mapped import spilling_strictly
 from ..model.read_advice import cold, random_reads, will_need
 from ..model.slices import SliceTable
-from ..model.sorting import sample_bytes
+from ..model.sorting import sample_bytes, search_by
 from ..model.table import INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, EventTable, ph_in, time_span
 from ..scan_pieces import usable_cores
 from . import shared
@@ -331,7 +331,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     table's, on those rows; what it keeps is the same, event for event (the tests compare)."""
     sl = slices_of(t)
     pts = wi.points_within(t, t0, t1)  # in_window, less the slices' own events
-    ov = wi.slices_overlapping(sl, t0, t1)
+    ov, order = _window_slices(t, sl, wi, t0, t1)
     if narrow and (cold(t.ph, pts) or cold(sl.track, ov)):  # the pages of its few rows asked for at once
         for column in (t.ph, t.ts, t.track, t.flow_key, _static(t, sl).handled):  # (`read_advice`)
             will_need(column, pts)
@@ -359,7 +359,8 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
         return Plan(0, None, t0, t1, keep, _no_summaries())
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
-    order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
+    if order is None:
+        order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow)
     ks = ov[kept_slice[ov]]
     kp = sl.partner[ks]
@@ -371,6 +372,46 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
               _first_instants(t, pts[ph_in(ph, INSTANT_PHASES)], bk, t.track_pid()),
               _flow_keep_window(t, sl, wi, kept_slice, ks), pts[other]]
     return Plan(level, bk.r, t0, t1, np.unique(np.concatenate(parts)), summaries)
+
+
+# A table with more tracks than this orders a window's slices by sorting them: finding each
+# track's run of the slice order costs a search a track, whatever the window holds.
+WINDOW_ORDER_MAX_TRACKS = 1 << 12
+
+
+def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float,
+                   t1: float) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """The slices overlapping [t0, t1] (`WindowIndex.slices_overlapping`'s set, in no order)
+    and them in the plans' slice order (track, start, event), or None where the caller
+    sorts them. Those starting in [t0, t1] are, per track, one run of the prepared slice
+    order (`shared.slice_order`), found by two searches a track; those starting before
+    (`WindowIndex.straddlers`, few) go before their track's run. A 10 % window of an 8 GiB
+    trace sorted its 1.75 M slices by three gathered keys (~50 ms) to get that order."""
+    tracks = len(t.tracks)
+    if tracks > WINDOW_ORDER_MAX_TRACKS or len(sl) >= 1 << 62:
+        return wi.slices_overlapping(sl, t0, t1), None
+    so = np.asarray(_static(t, sl).slice_order)
+    track, start = np.asarray(sl.track), np.asarray(sl.start)
+
+    def track_at(rows: np.ndarray) -> np.ndarray:
+        return track[so[rows]]
+
+    def start_at(rows: np.ndarray) -> np.ndarray:
+        return start[so[rows]]
+
+    bounds = search_by(track_at, 0, len(so), np.arange(tracks + 1, dtype=np.float64), "left")
+    lo = search_by(start_at, bounds[:-1], bounds[1:], t0, "left")
+    hi = search_by(start_at, bounds[:-1], bounds[1:], t1, "right")
+    strad = wi.straddlers(sl, t0)
+    strad = strad[np.lexsort((sl.event[strad], sl.start[strad], sl.track[strad]))]
+    cut = np.searchsorted(np.asarray(sl.track[strad]), np.arange(tracks + 1), "left")
+    pieces = []
+    for k in np.flatnonzero((hi > lo) | (cut[1:] > cut[:-1])).tolist():
+        pieces += [strad[cut[k]:cut[k + 1]], so[lo[k]:hi[k]]]
+    if not pieces:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.concatenate(pieces).astype(np.int64, copy=False)
+    return order, order
 
 
 def name_rank(t: EventTable) -> np.ndarray:

@@ -121,6 +121,20 @@ class WindowIndex:
             return np.zeros(0, dtype=np.int64)
         return np.sort(np.concatenate(parts))
 
+    def straddlers(self, sl: SliceTable, t0: float) -> np.ndarray:
+        """The slices starting before t0 that reach it (end >= t0), ascending: those of
+        `slices_overlapping(t0, t1)` that start before the window, found by the tiers alone
+        (a tier's slices starting within its extent before t0). The rest of that set is
+        every slice starting in [t0, t1] (an end is never before its start there), which a
+        window's plan reads in its order from the plans' slice order (`plan._window_slices`)."""
+        parts = []
+        for a, b in self._tier_runs(sl, t0, t0, "left"):
+            idx = np.asarray(self.tier_order[a:b])
+            parts.append(idx[np.asarray(sl.end[idx]) >= t0])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate(parts))
+
     def rows_within(self, t: EventTable, sl: SliceTable, t0: float, t1: float) -> int:
         """How many rows a window's plan reads through this index (its points and the
         candidate slices of `slices_overlapping`, before the exact test), found by searches
@@ -128,9 +142,9 @@ class WindowIndex:
         a, b = self._point_run(t, t0, t1)
         return max(b - a, 0) + sum(b - a for a, b in self._tier_runs(sl, t0, t1))
 
-    def _tier_runs(self, sl: SliceTable, t0: float, t1: float) -> list[tuple[int, int]]:
+    def _tier_runs(self, sl: SliceTable, t0: float, t1: float, side: str = "right") -> list[tuple[int, int]]:
         """Per tier, the rows of `tier_order` whose slices may overlap [t0, t1]: every
-        tier's two searches at once."""
+        tier's two searches at once (`side` "left": those starting before t1 only)."""
         rows = np.asarray(self.tier_rows)
         k = np.flatnonzero(np.diff(rows))
         if not len(k):
@@ -145,7 +159,7 @@ class WindowIndex:
             return starts[order[r]]
 
         a = search_by(start_at, rows[k], rows[k + 1], reach, "left")
-        b = search_by(start_at, rows[k], rows[k + 1], t1, "right")
+        b = search_by(start_at, rows[k], rows[k + 1], t1, side)
         return [(x, y) for x, y in zip(a.tolist(), b.tolist()) if y > x]
 
 

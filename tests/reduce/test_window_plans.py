@@ -384,3 +384,32 @@ def test_a_window_holding_more_than_a_share_of_the_rows_is_planned_by_the_whole_
     assert used == [narrow, narrow]
     # the count bounds what the index path reads: the rows it finds are among those counted
     assert len(wi.points_within(t, *wide)) + len(wi.slices_overlapping(sl, *wide)) <= wi.rows_within(t, sl, *wide)
+
+
+def test_a_windows_slices_read_from_the_slice_order_are_those_the_index_finds_in_the_plans_order(
+        oracle_tables, monkeypatch) -> None:
+    """`plan._window_slices`: the slices overlapping a window (straddlers from the tiers, the
+    rest one run a track of the prepared slice order) are `slices_overlapping`'s, in the
+    order sorting them by (track, start, event) gives; and with more tracks than
+    `WINDOW_ORDER_MAX_TRACKS` it leaves the sorting to the plan."""
+    compared = 0
+    for name, t in oracle_tables:
+        wi = plan.prepare_window_index(t)
+        sl = slices_of(t)
+        for window in _windows(t):
+            d0, d1 = default_window(t)
+            t0 = d0 if window[0] is None else window[0]
+            t1 = d1 if window[1] is None else window[1]
+            if not t1 - t0 >= 1e-6:
+                continue
+            want = wi.slices_overlapping(sl, t0, t1)
+            ov, order = plan._window_slices(t, sl, wi, t0, t1)
+            assert np.array_equal(np.sort(ov), want), (name, window)
+            sorted_ = want[np.lexsort((sl.event[want], sl.start[want], sl.track[want]))]
+            assert order is not None and np.array_equal(order, sorted_), (name, window)
+            compared += 1
+        monkeypatch.setattr(plan, "WINDOW_ORDER_MAX_TRACKS", 0)
+        ov, order = plan._window_slices(t, sl, wi, *default_window(t))
+        monkeypatch.undo()
+        assert order is None and np.array_equal(ov, wi.slices_overlapping(sl, *default_window(t)))
+    assert compared >= 40
