@@ -364,10 +364,8 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow)
     ks = ov[kept_slice[ov]]
     kp = sl.partner[ks]
-    ce = t.counter_event
-    lo, hi = np.searchsorted(ce, pts, "left"), np.searchsorted(ce, pts, "right")  # each event's samples
-    rows = np.repeat(hi - np.cumsum(hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
-    other = ~np.asarray(_static(t, sl).handled[pts]) | ((ph == PH_C) & (hi == lo))
+    rows, sampled = _samples_of(np.asarray(t.counter_event), pts)
+    other = ~np.asarray(_static(t, sl).handled[pts]) | ((ph == PH_C) & ~sampled)
     parts += [sl.event[ks], kp[kp >= 0], _counter_keep(t, bk, rows),
               _first_instants(t, pts[ph_in(ph, INSTANT_PHASES)], bk, t.track_pid()),
               _flow_keep_window(t, sl, wi, kept_slice, ks), pts[other]]
@@ -412,6 +410,21 @@ def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float,
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     order = np.concatenate(pieces).astype(np.int64, copy=False)
     return order, order
+
+
+def _samples_of(ce: np.ndarray, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The counter samples of the events `pts` (ascending): the rows of `ce` (each sample's
+    event, ascending) that are theirs, ascending, and whether each event has any. Found from
+    the samples' side, each searched among the events (a 10 % window of an 8 GiB trace
+    searched each of its ~700 k events among the samples twice: ~10 ms)."""
+    if not len(pts) or not len(ce):
+        return np.zeros(0, dtype=np.int64), np.zeros(len(pts), dtype=bool)
+    a, b = int(np.searchsorted(ce, pts[0], "left")), int(np.searchsorted(ce, pts[-1], "right"))
+    at = np.searchsorted(pts, ce[a:b])
+    hit = pts[np.minimum(at, len(pts) - 1)] == ce[a:b]
+    sampled = np.zeros(len(pts), dtype=bool)
+    sampled[at[hit]] = True
+    return a + np.flatnonzero(hit), sampled
 
 
 def name_rank(t: EventTable) -> np.ndarray:

@@ -413,3 +413,18 @@ def test_a_windows_slices_read_from_the_slice_order_are_those_the_index_finds_in
         monkeypatch.undo()
         assert order is None and np.array_equal(ov, wi.slices_overlapping(sl, *default_window(t)))
     assert compared >= 40
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_windows_counter_samples_found_from_the_samples_side_are_those_each_events_search_finds(seed) -> None:
+    """`plan._samples_of` against each event's own two searches among the samples (the way
+    it was found before): the same rows in the same order, the same events with samples."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 200))
+    ce = np.sort(rng.integers(0, 300, int(rng.integers(0, 120)))).astype(np.int64)  # repeats: several series
+    pts = np.unique(rng.integers(0, 300, n)).astype(np.int64)
+    lo, hi = np.searchsorted(ce, pts, "left"), np.searchsorted(ce, pts, "right")
+    want = np.repeat(hi - np.cumsum(hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
+    rows, sampled = plan._samples_of(ce, pts)
+    assert rows.dtype == np.int64 and np.array_equal(rows, want)
+    assert np.array_equal(sampled, hi > lo)
