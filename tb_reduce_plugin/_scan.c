@@ -1834,6 +1834,87 @@ static int finite_run(const double *v, Py_ssize_t n, int sorted) {
     return 1;
 }
 
+PyDoc_STRVAR(name_counts_doc,
+"name_counts(group, name, nn, out_group, out_name, out_count) -> int\n\n"
+"The distinct (group, name) pairs of int64 `group` (ascending) and `name` (each in [0, nn)),\n"
+"in order, with how many times each occurs: `reduce.fold_steps.name_counts`'s twin, written\n"
+"into the int64 outputs (room for len(group) pairs); returns how many. Each group's names are\n"
+"counted in a table of nn slots (only the slots it touched are read and cleared), then put in\n"
+"order. -1, changing nothing the caller reads, when a group goes back, a name is outside\n"
+"[0, nn) or nn is past 2^24 (the caller takes the numpy path).");
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *name_counts(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bg, bn, og, on, oc;
+    long long nn;
+    if (!PyArg_ParseTuple(args, "y*y*Lw*w*w*", &bg, &bn, &nn, &og, &on, &oc)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bg.len / 8;
+    if (bg.len % 8 || bn.len != bg.len || og.len < bg.len || on.len < bg.len || oc.len < bg.len) {
+        PyErr_SetString(PyExc_ValueError, "name_counts: arrays do not match");
+        goto done;
+    }
+    Py_ssize_t k = -1;
+    if (nn >= 1 && nn <= (1LL << 24)) {
+        const int64_t *g = bg.buf, *nm = bn.buf;
+        int64_t *out_g = og.buf, *out_n = on.buf, *out_c = oc.buf;
+        int64_t *count = calloc((size_t)nn, sizeof(int64_t));
+        int64_t *touched = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        if (!count || !touched) {
+            free(count);
+            free(touched);
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        k = 0;
+        Py_ssize_t i = 0;
+        while (i < n) {
+            Py_ssize_t a = i, used = 0;
+            int64_t group = g[a];
+            for (; i < n && g[i] == group; i++) {
+                int64_t x = nm[i];
+                if (x < 0 || x >= nn) break;
+                if (!count[x]++) touched[used++] = x;
+            }
+            if (i < n && g[i] == group) {  /* a name out of range */
+                for (Py_ssize_t j = 0; j < used; j++) count[touched[j]] = 0;
+                k = -1;
+                break;
+            }
+            if (i < n && g[i] < group) {  /* groups must not go back */
+                k = -1;
+                break;
+            }
+            qsort(touched, (size_t)used, sizeof(int64_t), cmp_i64);
+            for (Py_ssize_t j = 0; j < used; j++) {
+                out_g[k] = group;
+                out_n[k] = touched[j];
+                out_c[k] = count[touched[j]];
+                count[touched[j]] = 0;
+                k++;
+            }
+            (void)a;
+        }
+        Py_END_ALLOW_THREADS
+        free(count);
+        free(touched);
+    }
+    result = PyLong_FromSsize_t(k);
+done:
+    PyBuffer_Release(&bg);
+    PyBuffer_Release(&bn);
+    PyBuffer_Release(&og);
+    PyBuffer_Release(&on);
+    PyBuffer_Release(&oc);
+    return result;
+}
+
 PyDoc_STRVAR(fold_cuts_doc,
 "fold_cuts(start, end, bounds, t0, t1, theta, buckets, run_end, new, part) -> float | None\n\n"
 "One chunk of a track's small slices (float64 `start`, `end`, by start) as the fold cuts\n"
@@ -2493,6 +2574,7 @@ static PyMethodDef module_methods[] = {
     {"spans", spans, METH_VARARGS, spans_doc},
     {"busy_parts", busy_parts, METH_VARARGS, busy_parts_doc},
     {"fold_cuts", fold_cuts, METH_VARARGS, fold_cuts_doc},
+    {"name_counts", name_counts, METH_VARARGS, name_counts_doc},
     {"bounds_within", bounds_within, METH_VARARGS, bounds_within_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
