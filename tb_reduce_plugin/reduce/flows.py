@@ -173,7 +173,7 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
     key = np.asarray(t.flow_key[near])
     keys, inv, count = np.unique(key, return_inverse=True, return_counts=True)
     whole = (count == wi.flow_size[keys])[inv]  # flows with every event in the span
-    ev, key = near[whole], key[whole]
+    ev, code = near[whole], inv[whole]
     if len(ev) == 0:
         return ev.astype(np.int64)
     row = np.asarray(wi.flow_row[np.searchsorted(fb.fidx, ev)])
@@ -207,8 +207,9 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         else:
             nxt[:] = False
         ok[at] = np.where(np.asarray(seg.enclosing[r]), direct | between, nxt)
-    bad = np.unique(key[~ok])
-    return ev[~np.isin(key, bad)]
+    bad = np.zeros(len(keys), dtype=bool)  # flows with an event not bound to a kept slice, by their code
+    bad[code[~ok]] = True
+    return ev[~bad[code]]
 
 
 @dataclass
