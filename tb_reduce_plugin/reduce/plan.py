@@ -36,7 +36,7 @@ from .flows import _ahead, _ahead_lock, _BindingAhead, _flow_binding, _flow_keep
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .points import _counter_keep, _first_instants, _instant_keep
 from .shared import _event_chunks, _slice_chunks, _Static, _static, slices_of
-from .summaries import Grow, Summaries, _no_summaries, _reduce_slices
+from .summaries import Grow, Summaries, _no_summaries, _reduce_slices, _track_runs
 from .window_index import WindowIndex, build_window_index
 
 MIN_WINDOW_US = 1e-6
@@ -288,7 +288,10 @@ def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: floa
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow)
+    runs = st.__dict__.get("_track_runs")  # each track's rows of the slice order: the same for every plan
+    if runs is None:
+        runs = st.__dict__["_track_runs"] = _track_runs(sl.track, st.slice_order)
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow, runs)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
@@ -331,7 +334,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     table's, on those rows; what it keeps is the same, event for event (the tests compare)."""
     sl = slices_of(t)
     pts = wi.points_within(t, t0, t1)  # in_window, less the slices' own events
-    ov, order = _window_slices(t, sl, wi, t0, t1)
+    ov, order, runs = _window_slices(t, sl, wi, t0, t1)
     if narrow and (cold(t.ph, pts) or cold(sl.track, ov)):  # the pages of its few rows asked for at once
         for column in (t.ph, t.ts, t.track, t.flow_key, _static(t, sl).handled):  # (`read_advice`)
             will_need(column, pts)
@@ -361,7 +364,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     if order is None:
         order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow)
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow, runs)
     ks = ov[kept_slice[ov]]
     kp = sl.partner[ks]
     rows, sampled = _samples_of(np.asarray(t.counter_event), pts)
@@ -377,17 +380,18 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
 WINDOW_ORDER_MAX_TRACKS = 1 << 12
 
 
-def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float,
-                   t1: float) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """The slices overlapping [t0, t1] (`WindowIndex.slices_overlapping`'s set, in no order)
-    and them in the plans' slice order (track, start, event), or None where the caller
-    sorts them. Those starting in [t0, t1] are, per track, one run of the prepared slice
-    order (`shared.slice_order`), found by two searches a track; those starting before
+def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float, t1: float,
+                   ) -> tuple[np.ndarray, Optional[np.ndarray], Optional[list[tuple[int, int]]]]:
+    """The slices overlapping [t0, t1] (`WindowIndex.slices_overlapping`'s set, in no order),
+    them in the plans' slice order (track, start, event) and each track's rows of that
+    order (`summaries._track_runs`), or None for both where the caller sorts them. Those
+    starting in [t0, t1] are, per track, one run of the prepared slice order
+    (`shared.slice_order`), found by two searches a track; those starting before
     (`WindowIndex.straddlers`, few) go before their track's run. A 10 % window of an 8 GiB
     trace sorted its 1.75 M slices by three gathered keys (~50 ms) to get that order."""
     tracks = len(t.tracks)
     if tracks > WINDOW_ORDER_MAX_TRACKS or len(sl) >= 1 << 62:
-        return wi.slices_overlapping(sl, t0, t1), None
+        return wi.slices_overlapping(sl, t0, t1), None, None
     so = np.asarray(_static(t, sl).slice_order)
     track, start = np.asarray(sl.track), np.asarray(sl.start)
 
@@ -403,13 +407,16 @@ def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float,
     strad = wi.straddlers(sl, t0)
     strad = strad[np.lexsort((sl.event[strad], sl.start[strad], sl.track[strad]))]
     cut = np.searchsorted(np.asarray(sl.track[strad]), np.arange(tracks + 1), "left")
-    pieces = []
+    pieces, runs, at = [], [], 0
     for k in np.flatnonzero((hi > lo) | (cut[1:] > cut[:-1])).tolist():
         pieces += [strad[cut[k]:cut[k + 1]], so[lo[k]:hi[k]]]
+        n = int(cut[k + 1] - cut[k] + hi[k] - lo[k])
+        runs.append((at, at + n))
+        at += n
     if not pieces:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
     order = np.concatenate(pieces).astype(np.int64, copy=False)
-    return order, order
+    return order, order, runs
 
 
 def _samples_of(ce: np.ndarray, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

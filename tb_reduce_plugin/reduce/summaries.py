@@ -64,14 +64,16 @@ FOLD_SHARE = 2
 
 def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
                    rank: np.ndarray, slice_order: np.ndarray,
-                   grow: Optional[Grow] = None) -> tuple[np.ndarray, Summaries]:
+                   grow: Optional[Grow] = None,
+                   runs: Optional[list[tuple[int, int]]] = None) -> tuple[np.ndarray, Summaries]:
     """Keep big slices (and straddlers); fold the rest into summaries, track by track.
 
     Each track is read in chunks of half `CHUNK_SLICES` of its slices in start order, twice:
     once to promote straddlers to a fixpoint, once to fold the small slices, carrying
     the running end and the open group from chunk to chunk. What is held for the whole
     trace is a flag per slice and the summaries themselves (SPEC: memory bounded as
-    traces grow); the result is the same as folding each track whole.
+    traces grow); the result is the same as folding each track whole. `runs`: each track's
+    rows of `slice_order` (`_track_runs`), where the caller knows them already.
     """
     if len(slice_order) < len(sl):  # a window's slices (`_plan_window`): only theirs are read
         kept = np.zeros(len(sl), dtype=bool)
@@ -80,7 +82,8 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
         kept[idx] = sl.dur[idx] >= bk.theta
     else:
         kept = overlaps & (sl.dur >= bk.theta)
-    runs = _track_runs(sl.track, slice_order)
+    if runs is None:
+        runs = _track_runs(sl.track, slice_order)
     parts = [_SummaryParts(grow) for _ in runs]
     step = max(1, shared.CHUNK_SLICES // FOLD_SHARE)
 

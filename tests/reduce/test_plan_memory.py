@@ -124,7 +124,7 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(ora
             chunked = plan(t, level, *window, resolution=resolution)
             monkeypatch.setattr(shared, "CHUNK_EVENTS", 1 << 62)  # one chunk: whole arrays
             monkeypatch.setattr(plan_module, "_reduce_slices",
-                                lambda sl, ov, bk, rank, order, grow=None: _whole_track_fold(sl, ov, bk, rank, order))
+                                lambda sl, ov, bk, rank, order, grow=None, runs=None: _whole_track_fold(sl, ov, bk, rank, order))
             whole = plan(t, level, *window, resolution=resolution)
             monkeypatch.undo()
             _assert_same_plan(chunked, whole)

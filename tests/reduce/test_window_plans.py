@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin.index.prepared import Prepared, prepared_of
-from tb_reduce_plugin.reduce import flows, plan, shared, window_index
+from tb_reduce_plugin.reduce import flows, plan, shared, summaries, window_index
 from tb_reduce_plugin.reduce.plan import default_window, plan_within
 from tb_reduce_plugin.reduce.shared import slices_of
 
@@ -403,15 +403,16 @@ def test_a_windows_slices_read_from_the_slice_order_are_those_the_index_finds_in
             if not t1 - t0 >= 1e-6:
                 continue
             want = wi.slices_overlapping(sl, t0, t1)
-            ov, order = plan._window_slices(t, sl, wi, t0, t1)
+            ov, order, runs = plan._window_slices(t, sl, wi, t0, t1)
             assert np.array_equal(np.sort(ov), want), (name, window)
             sorted_ = want[np.lexsort((sl.event[want], sl.start[want], sl.track[want]))]
             assert order is not None and np.array_equal(order, sorted_), (name, window)
+            assert runs == summaries._track_runs(sl.track, order), (name, window)
             compared += 1
         monkeypatch.setattr(plan, "WINDOW_ORDER_MAX_TRACKS", 0)
-        ov, order = plan._window_slices(t, sl, wi, *default_window(t))
+        ov, order, runs = plan._window_slices(t, sl, wi, *default_window(t))
         monkeypatch.undo()
-        assert order is None and np.array_equal(ov, wi.slices_overlapping(sl, *default_window(t)))
+        assert order is None and runs is None and np.array_equal(ov, wi.slices_overlapping(sl, *default_window(t)))
     assert compared >= 40
 
 
