@@ -90,7 +90,8 @@ def name_counts(group: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.nda
     bincount's table: it sorted). The same arrays every way."""
     nn = int(name.max()) + 1
     native = scanner_module()
-    if native is not None and len(group):
+    # natively, a table of nn slots (8 B each, only those touched paged in): as bounded as numpy's
+    if native is not None and len(group) and nn <= _COUNT_TABLE_PER_ROW * len(group) + _COUNT_TABLE_MIN:
         g, nm, cnt = (np.empty(len(group), dtype=np.int64) for _ in range(3))
         k = native.name_counts(_i64(group), _i64(name), nn, g, nm, cnt)
         if k >= 0:
