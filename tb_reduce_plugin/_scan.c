@@ -333,7 +333,8 @@ typedef struct {
 /* The scanner's per-token steps inlined where they are called: out of line, each call of
  * scan_string (every key and string value) set up its vector constants and returned its
  * pointers through memory; inlined into the event and args walks, the scan of a Kineto
- * trace's text went from ~350 to ~289 ns an event, and skip_value inlined too (only objects and arrays recurse) to ~265 (`bench/bench_scan.py`). */
+ * trace's text went from ~350 to ~289 ns an event, and with skip_value inlined too (only
+ * objects and arrays recurse, through skip_container) to ~265 (`bench/bench_scan.py`). */
 #if defined(__GNUC__)
 #define HOT_INLINE static inline __attribute__((always_inline))
 #else
@@ -1875,8 +1876,8 @@ static PyObject *name_counts(PyObject *mod, PyObject *args) {
         k = 0;
         Py_ssize_t i = 0;
         while (i < n) {
-            Py_ssize_t a = i, used = 0;
-            int64_t group = g[a];
+            Py_ssize_t used = 0;
+            int64_t group = g[i];
             for (; i < n && g[i] == group; i++) {
                 int64_t x = nm[i];
                 if (x < 0 || x >= nn) break;
@@ -1899,7 +1900,6 @@ static PyObject *name_counts(PyObject *mod, PyObject *args) {
                 count[touched[j]] = 0;
                 k++;
             }
-            (void)a;
         }
         Py_END_ALLOW_THREADS
         free(count);
