@@ -567,18 +567,24 @@ def derive_index(index: TraceIndex, account: Optional[Account] = None) -> StepSe
 MEMORY_SAMPLE_BYTES = 48
 
 
+def _memory_name(t: EventTable) -> Optional[int]:
+    """The name id of Kineto's `[memory]` instants in `t`, or None when it has none."""
+    try:
+        return t.names.index(MEMORY_EVENT)
+    except ValueError:
+        return None
+
+
 def memory_event_count(t: EventTable) -> int:
     """How many Kineto `[memory]` instants `t` holds (one pass over its name column)."""
-    try:
-        k = t.names.index(MEMORY_EVENT)
-    except ValueError:
-        return 0
-    return int(np.count_nonzero(np.asarray(t.name) == k))
+    k = _memory_name(t)
+    return 0 if k is None else int(np.count_nonzero(np.asarray(t.name) == k))
 
 
 # `[memory]` events read back at once (`memory_samples`): their JSON and decoded args, ~0.5 kB each
 # (~32 MB a chunk, charged with the derivation's working memory in `derive_bytes`).
 MEMORY_CHUNK = 1 << 16
+MEMORY_CHUNK_BYTES = 512 * MEMORY_CHUNK
 
 
 class _MemoryArgs(msgspec.Struct):
@@ -600,9 +606,8 @@ def memory_samples(index: TraceIndex) -> MemorySamples:
     (`waveforms.memory`), read back from the trace a chunk of events at a time (the index
     keeps no args). An event whose args are not numbers where they should be is left out."""
     t = index.table
-    try:
-        k = t.names.index(MEMORY_EVENT)
-    except ValueError:
+    k = _memory_name(t)
+    if k is None:
         return MemorySamples.empty()
     rows = np.flatnonzero((np.asarray(t.name) == k) & np.isin(np.asarray(t.ph), INSTANT_PHASES))
     if not len(rows):
@@ -662,7 +667,7 @@ def memory_bytes_needed(index: TraceIndex) -> int:
     t = index.table
     if MEMORY_EVENT not in t.names or _cached(t) is not None:
         return 0
-    return 512 * MEMORY_CHUNK + MEMORY_SAMPLE_BYTES * memory_event_count(t)
+    return MEMORY_CHUNK_BYTES + MEMORY_SAMPLE_BYTES * memory_event_count(t)
 
 
 def memory_counters(index: TraceIndex, start_us: Optional[float], end_us: Optional[float],
@@ -696,8 +701,8 @@ def derive_bytes(index: TraceIndex) -> int:
     n = len(made) if made is not None else index.events  # a slice is an event at least
     per_slice = DERIVE_SPILLED_BYTES_PER_SLICE if t.scratch is not None else DERIVE_BYTES_PER_SLICE
     return (per_slice * n + DERIVE_BYTES_PER_CHUNK_SLICE * min(n, steps_chunk_rows()) + sample_bytes(n)
-            + DERIVE_BYTES_PER_NAME * len(t.names) + slices_bytes(t) + (512 * MEMORY_CHUNK if MEMORY_EVENT in t.names
-                                                                        else 0))
+            + DERIVE_BYTES_PER_NAME * len(t.names) + slices_bytes(t)
+            + (MEMORY_CHUNK_BYTES if MEMORY_EVENT in t.names else 0))
 
 
 def waveforms_file(src: Union[str, os.PathLike], max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
