@@ -2040,6 +2040,125 @@ done:
     return result;
 }
 
+/* ---- A chunk of a track's slices: which the fold reads, and its groups ------------- */
+
+PyDoc_STRVAR(select_slices_doc,
+"select_slices(order, order_width, overlaps, kept, want, start, end, name, name_width,\n"
+"              out_row, out_start, out_end, out_name) -> int\n\n"
+"The rows of `order` (int32 or int64 by `order_width`: a run of the slice order) whose\n"
+"`overlaps` flag is set and whose `kept` flag equals `want` (uint8 flags, one a slice),\n"
+"in order: each row (int64), its start and end (float64 `start`, `end`) and, with\n"
+"`name_width` 4 or 8, its name (int32/int64 `name`, written as int64; 0: `name` and\n"
+"`out_name` are not read). What `summaries._reduce_slices` reads of a chunk, in one pass\n"
+"instead of a boolean gather, a mask and three gathers; its numpy twin is\n"
+"`fold_steps.select_slices`. Returns how many, or -1, with the outputs not to be read,\n"
+"when a row lies outside the slices (the caller takes the numpy path, which raises).");
+
+static PyObject *select_slices(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bo, bov, bk, bs, be, bn, oi, os, oe, on;
+    int ow, want, nw;
+    if (!PyArg_ParseTuple(args, "y*iy*y*py*y*y*iw*w*w*w*", &bo, &ow, &bov, &bk, &want, &bs, &be, &bn, &nw, &oi, &os,
+                          &oe, &on))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t nsl = bov.len, n = (ow == 4 || ow == 8) ? bo.len / ow : 0;
+    if ((ow != 4 && ow != 8) || bo.len % ow || bk.len != nsl || bs.len != 8 * nsl || be.len != 8 * nsl ||
+        (nw != 0 && nw != 4 && nw != 8) || (nw && bn.len != nw * nsl) || oi.len < 8 * n || os.len < 8 * n ||
+        oe.len < 8 * n || (nw && on.len < 8 * n)) {
+        PyErr_SetString(PyExc_ValueError, "select_slices: arrays do not match");
+        goto done;
+    }
+    const int32_t *o32 = bo.buf;
+    const int64_t *o64 = bo.buf;
+    const uint8_t *ov = bov.buf, *kept = bk.buf;
+    const double *start = bs.buf, *end = be.buf;
+    const int32_t *n32 = bn.buf;
+    const int64_t *n64 = bn.buf;
+    int64_t *out_row = oi.buf, *out_name = on.buf;
+    double *out_s = os.buf, *out_e = oe.buf;
+    Py_ssize_t k = 0;
+    uint8_t w = want ? 1 : 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t row = ow == 4 ? (int64_t)o32[i] : o64[i];
+        if (row < 0 || row >= nsl) {
+            k = -1;
+            break;
+        }
+        if (!ov[row] || (kept[row] != 0) != w) continue;
+        out_row[k] = row;
+        out_s[k] = start[row];
+        out_e[k] = end[row];
+        if (nw) out_name[k] = nw == 4 ? (int64_t)n32[row] : n64[row];
+        k++;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(k);
+done:
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bov);
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bn);
+    PyBuffer_Release(&oi);
+    PyBuffer_Release(&os);
+    PyBuffer_Release(&oe);
+    PyBuffer_Release(&on);
+    return result;
+}
+
+PyDoc_STRVAR(fold_groups_doc,
+"fold_groups(new, end, group, seg, seg_end) -> int\n\n"
+"The groups of one chunk of the fold from its cuts (uint8 `new`, slice 0 always opening\n"
+"one) and float64 `end`: each slice's group (int64 `group`, from 0), each group's first\n"
+"slice (int64 `seg`) and latest end (float64 `seg_end`): `np.cumsum(first) - 1`,\n"
+"`np.flatnonzero(first)` and `np.maximum.reduceat(end, seg)`, `fold_steps.fold_groups`'s\n"
+"numpy twin, in one pass. Returns the number of groups, or -1, changing nothing the\n"
+"caller reads, when an end is not finite (the caller takes the numpy path).");
+
+static PyObject *fold_groups(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bnew, be, bg, bseg, bse;
+    if (!PyArg_ParseTuple(args, "y*y*w*w*w*", &bnew, &be, &bg, &bseg, &bse)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bnew.len;
+    if (be.len != 8 * n || bg.len < 8 * n || bseg.len < 8 * n || bse.len < 8 * n) {
+        PyErr_SetString(PyExc_ValueError, "fold_groups: arrays do not match");
+        goto done;
+    }
+    const uint8_t *isnew = bnew.buf;
+    const double *end = be.buf;
+    int64_t *group = bg.buf, *seg = bseg.buf;
+    double *seg_end = bse.buf;
+    Py_ssize_t k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (!finite_run(end, n, 0)) {
+        k = -1;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i == 0 || isnew[i]) {
+                seg[k] = i;
+                seg_end[k] = end[i];
+                k++;
+            } else if (end[i] > seg_end[k - 1]) {
+                seg_end[k - 1] = end[i];
+            }
+            group[i] = k - 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(k);
+done:
+    PyBuffer_Release(&bnew);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bg);
+    PyBuffer_Release(&bseg);
+    PyBuffer_Release(&bse);
+    return result;
+}
+
 /* ---- XSpace: the fields of one message, without upb's tree ------------------------ */
 
 PyDoc_STRVAR(pb_fields_doc,
@@ -2576,6 +2695,8 @@ static PyMethodDef module_methods[] = {
     {"fold_cuts", fold_cuts, METH_VARARGS, fold_cuts_doc},
     {"name_counts", name_counts, METH_VARARGS, name_counts_doc},
     {"bounds_within", bounds_within, METH_VARARGS, bounds_within_doc},
+    {"select_slices", select_slices, METH_VARARGS, select_slices_doc},
+    {"fold_groups", fold_groups, METH_VARARGS, fold_groups_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"pb_event_columns", pb_event_columns, METH_VARARGS, pb_event_columns_doc},

@@ -79,6 +79,49 @@ def fold_cuts(ss: np.ndarray, se: np.ndarray, bounds: np.ndarray, bk: Any,
     return new, part, end
 
 
+def select_slices(order: np.ndarray, overlaps: np.ndarray, kept: np.ndarray, want: bool, start: np.ndarray,
+                  end: np.ndarray, name: Optional[np.ndarray] = None) -> tuple[np.ndarray, ...]:
+    """The rows of `order` (a run of the slice order) that overlap the window and whose kept
+    flag is `want`, in order, with their starts and ends (and names, as int64, when `name`
+    is given): what the fold reads of a chunk. In numpy a boolean gather, a mask and a
+    gather a column, each a temporary; natively one pass (`_scan.select_slices`)."""
+    native = scanner_module()
+    if native is not None and len(order) and order.dtype in (np.int32, np.int64) and overlaps.dtype == np.bool_ \
+            and kept.dtype == np.bool_ and (name is None or name.dtype in (np.int32, np.int64)):
+        n = len(order)
+        row, s, e = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n)
+        nm = np.empty(n if name is not None else 0, dtype=np.int64)
+        k = native.select_slices(_c(order), order.dtype.itemsize, _c(overlaps).view(np.uint8),
+                                 _c(kept).view(np.uint8), want, _f64(start), _f64(end),
+                                 b"" if name is None else _c(name), 0 if name is None else name.dtype.itemsize,
+                                 row, s, e, nm)
+        if k >= 0:
+            out = (row[:k], s[:k], e[:k])
+            return out if name is None else out + (nm[:k],)
+    idx = np.asarray(order)
+    idx = idx[overlaps[idx]]
+    idx = idx[kept[idx] == want].astype(np.int64)
+    out = (idx, np.asarray(start[idx], dtype=np.float64), np.asarray(end[idx], dtype=np.float64))
+    return out if name is None else out + (name[idx].astype(np.int64),)
+
+
+def fold_groups(new: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A chunk's groups from its cuts (`new`, from `fold_cuts`; slice 0 always opens one)
+    and its slices' ends: each slice's group (from 0), each group's first slice, and its
+    latest end. Natively in one pass (`_scan.fold_groups`), else three numpy passes."""
+    native = scanner_module()
+    if native is not None and len(new):
+        n = len(new)
+        group, seg, seg_end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n)
+        k = native.fold_groups(_c(new).view(np.uint8), _f64(se), group, seg, seg_end)
+        if k >= 0:
+            return group, seg[:k], seg_end[:k]
+    first = np.array(new, dtype=bool)
+    first[:1] = True
+    seg = np.flatnonzero(first)
+    return np.cumsum(first) - 1, seg, np.maximum.reduceat(se, seg) if len(seg) else np.zeros(0)
+
+
 def name_counts(group: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct (group, name) pairs of a chunk, in order, and how many times each
     occurs: `np.unique(group * nn + name, return_counts=True)` split back into group and
@@ -115,6 +158,10 @@ _COUNT_TABLE_MIN = 1 << 16
 
 def _f64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a)
 
 
 def _i64(a: np.ndarray) -> np.ndarray:

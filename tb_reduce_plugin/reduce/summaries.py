@@ -25,7 +25,7 @@ from ..scan_pieces import usable_cores
 from . import shared
 from .buckets import _Buckets
 from .busy import digits_of, group_busy
-from .fold_steps import bound_between, fold_cuts, name_counts
+from .fold_steps import bound_between, fold_cuts, fold_groups, name_counts, select_slices
 
 TOP_NAMES = 5
 Grow = Callable[[int], None]
@@ -90,12 +90,14 @@ def _reduce_slices(sl: SliceTable, overlaps: np.ndarray, bk: _Buckets,
     def fold(k: int) -> None:
         lo, hi = runs[k]
 
-        def chunks():  # this track's overlapping slices, by (start, event)
+        def chunks(want: bool, names: bool = False):
+            """This track's overlapping slices kept (`want`) or not, by (start, event), a
+            chunk at a time: rows, starts, ends (and names)."""
             for a in range(lo, hi, step):
-                idx = slice_order[a:min(a + step, hi)]
-                idx = idx[overlaps[idx]]
-                if len(idx):
-                    yield idx
+                got = select_slices(slice_order[a:min(a + step, hi)], overlaps, kept, want, sl.start, sl.end,
+                                    sl.name if names else None)
+                if len(got[0]):
+                    yield got
         bounds = _promote_straddlers(sl, kept, chunks)
         _fold_track(sl, kept, bounds, bk, rank, chunks, parts[k])
 
@@ -158,18 +160,16 @@ def _promote_straddlers(sl: SliceTable, kept: np.ndarray, chunks) -> np.ndarray:
     """Keep the small slices of a track that straddle a boundary of a kept one, to a
     fixpoint (each pass with the boundaries of the one before); the kept boundaries."""
     parts = []
-    for idx in chunks():
-        k = idx[kept[idx]]
-        parts += [sl.start[k], sl.end[k]]
+    for _, start, end in chunks(True):
+        parts += [start, end]
     bounds = np.unique(np.concatenate(parts)) if parts else np.zeros(0)
     while True:
         parts = []
-        for idx in chunks():
-            cand = idx[~kept[idx]]
-            straddle = cand[bound_between(bounds, sl.start[cand], sl.end[cand], open_interval=True)]
-            if len(straddle):
-                parts += [sl.start[straddle], sl.end[straddle]]
-                kept[straddle] = True
+        for cand, start, end in chunks(False):
+            straddle = bound_between(bounds, start, end, open_interval=True)
+            if straddle.any():
+                parts += [start[straddle], end[straddle]]
+                kept[cand[straddle]] = True
         if not parts:
             return bounds
         bounds = np.unique(np.concatenate([bounds] + parts))
@@ -266,20 +266,14 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
     track = -1
     run_end: Optional[float] = None  # the latest end of the track's small slices so far
     grp: Optional[_OpenGroup] = None
-    for idx in chunks():
-        small = idx[~kept[idx]]
-        if len(small) == 0:
-            continue
+    for small, ss, se, names in chunks(False, names=True):
         track = int(sl.track[small[0]])
-        ss, se = sl.start[small], sl.end[small]
         # which open a summary, and where each one's busy time begins (`fold_steps.fold_cuts`)
         new, part, run_end = fold_cuts(ss, se, bounds, bk, run_end)
-        first = new.copy()
-        first[0] = True
-        seg = np.flatnonzero(first)  # this chunk's parts of summaries; the first may go on the open one
-        seg_start, seg_end = ss[seg], np.maximum.reduceat(se, seg)
+        # this chunk's parts of summaries (the first may go on the open one): each slice's, their firsts and ends
+        group, seg, seg_end = fold_groups(new, se)
+        seg_start = ss[seg]
         seg_count = np.diff(np.append(seg, len(small)))
-        group = np.cumsum(first) - 1
         busy_first, busy_last = bk.clipped(seg_start), bk.clipped(seg_end)
         carried = None
         if not new[0]:  # the open summary goes on: its buckets, and the busy time it has
@@ -291,8 +285,8 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
                                    bk.r - 1)
         del part
         span = busy_last - busy_first + 1
-        g, nm, cnt = name_counts(group, sl.name[small].astype(np.int64))
-        del group
+        g, nm, cnt = name_counts(group, names)
+        del group, names
         if not new[0]:  # the chunk goes on with the open summary
             head = g == 0
             names, inv = np.unique(np.concatenate((grp.names, nm[head])), return_inverse=True)

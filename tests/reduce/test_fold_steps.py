@@ -83,3 +83,73 @@ def test_the_native_name_count_refuses_what_it_cannot_count_and_numpy_counts_it(
         mod.name_counts(np.array([0, 0]), np.array([0]), 2, *out)
     g, nm, cnt = fold_steps.name_counts(np.array([0, 0, 1, 1]), np.array([3 << 24, 0, 1, 1]))
     assert g.tolist() == [0, 0, 1] and nm.tolist() == [0, 3 << 24, 1] and cnt.tolist() == [1, 1, 2]
+
+
+def _both_ways(monkeypatch, fn):
+    """`fn()` with the native steps (where built) and with their numpy twins only."""
+    got = []
+    if available():
+        monkeypatch.setenv("TB_REDUCE_NATIVE", "1")  # natively, also where the suite runs pure
+        got.append(fn())
+        monkeypatch.delenv("TB_REDUCE_NATIVE")
+    monkeypatch.setattr(fold_steps, "scanner_module", lambda: None)
+    got.append(fn())
+    monkeypatch.undo()
+    return got
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_chunk_s_slices_are_selected_the_same_natively_and_in_numpy(seed: int, monkeypatch) -> None:
+    """`select_slices`: the overlapping rows of a run of the slice order whose kept flag is
+    the one asked, with their times and names, in the run's order, whatever the widths of
+    the order and the names."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 2000))
+    start = rng.normal(0, 1e6, n)
+    end = start + rng.exponential(100, n)
+    name = rng.integers(0, 300, n).astype(rng.choice([np.int32, np.int64]))
+    overlaps, kept = rng.random(n) < rng.random(), rng.random(n) < rng.random()
+    order = rng.permutation(n)[:int(rng.integers(0, n + 1))].astype(rng.choice([np.int32, np.int64]))
+    for want in (False, True):
+        for names in (None, name):
+            want_rows = [int(i) for i in order if overlaps[i] and kept[i] == want]
+            for got in _both_ways(monkeypatch, lambda w=want, nm=names: fold_steps.select_slices(
+                    order, overlaps, kept, w, start, end, nm)):
+                assert got[0].dtype == np.int64 and got[0].tolist() == want_rows
+                assert got[1].tobytes() == start[want_rows].tobytes() and got[2].tobytes() == end[want_rows].tobytes()
+                assert len(got) == (3 if names is None else 4)
+                if names is not None:
+                    assert got[3].dtype == np.int64 and got[3].tolist() == name[want_rows].tolist()
+
+
+def test_a_row_outside_the_slices_is_refused_natively_and_raises_as_numpy_does(monkeypatch) -> None:
+    if not available():
+        pytest.skip("the native extension is not built here")
+    monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+    mod = fold_steps.scanner_module()
+    flags, times = np.ones(3, dtype=np.uint8), np.zeros(3)
+    out = [np.empty(2, dtype=np.int64), np.empty(2), np.empty(2), np.empty(2, dtype=np.int64)]
+    for bad in ([0, 3], [-1, 0]):
+        assert mod.select_slices(np.array(bad, dtype=np.int64), 8, flags, flags, True, times, times, b"", 0, *out) == -1
+    with pytest.raises(ValueError):  # arrays that do not match
+        mod.select_slices(np.array([0], dtype=np.int64), 8, flags, flags[:2], True, times, times, b"", 0, *out)
+    with pytest.raises(IndexError):
+        fold_steps.select_slices(np.array([0, 3]), np.ones(3, dtype=bool), np.ones(3, dtype=bool), True, times, times)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_chunk_s_groups_are_the_same_natively_and_in_numpy(seed: int, monkeypatch) -> None:
+    """`fold_groups`: each slice's group, each group's first slice and latest end, from the
+    cuts (slice 0 opening one whatever its flag); ends that are not finite go the numpy way."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    new = rng.random(n) < rng.choice([0.0, 0.01, 0.5, 1.0])
+    se = rng.normal(0, 1e3, n)
+    if seed % 5 == 4:
+        se[int(rng.integers(0, n))] = rng.choice([np.nan, np.inf, -np.inf])
+    first = new.copy()
+    first[0] = True
+    seg = np.flatnonzero(first)
+    for group, got_seg, seg_end in _both_ways(monkeypatch, lambda: fold_steps.fold_groups(new, se)):
+        assert group.tolist() == (np.cumsum(first) - 1).tolist() and got_seg.tolist() == seg.tolist()
+        assert np.array_equal(seg_end, np.maximum.reduceat(se, seg), equal_nan=True)
