@@ -62,7 +62,11 @@ def _counter_keep(t: EventTable, bk: _Buckets, rows: Optional[np.ndarray] = None
 def _instant_keep(t: EventTable, in_window: np.ndarray, bk: _Buckets) -> np.ndarray:
     """Per scope (thread, process or global) and bucket, the first instant (by time, then
     event). Found a chunk of events at a time: each chunk's firsts per group, then the
-    first of those — the same instants as one sort of them all, holding a chunk."""
+    first of those — the same instants as one sort of them all, holding a chunk. A table
+    without instants (a Kineto trace: the count is made once, `instant_count`) skips the
+    pass over its phases (0.11 s a whole view of 25 M events)."""
+    if instant_count(t) == 0:
+        return np.zeros(0, dtype=np.int64)
     pid_of_track = t.track_pid()
     firsts = [_first_instants(t, np.flatnonzero(ph_in(np.asarray(t.ph[a:a + shared.CHUNK_EVENTS]), INSTANT_PHASES)
                                                 & in_window[a:a + shared.CHUNK_EVENTS]) + a, bk, pid_of_track)
