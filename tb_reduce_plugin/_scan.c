@@ -2048,7 +2048,7 @@ PyDoc_STRVAR(select_slices_doc,
 "The rows of `order` (int32 or int64 by `order_width`: a run of the slice order) whose\n"
 "`overlaps` flag is set and whose `kept` flag equals `want` (uint8 flags, one a slice),\n"
 "in order: each row (int64), its start and end (float64 `start`, `end`) and, with\n"
-"`name_width` 4 or 8, its name (int32/int64 `name`, written as int64; 0: `name` and\n"
+"`name_width` 2, 4 or 8, its name (int16/32/64 `name`, written as int64; 0: `name` and\n"
 "`out_name` are not read). What `summaries._reduce_slices` reads of a chunk, in one pass\n"
 "instead of a boolean gather, a mask and three gathers; its numpy twin is\n"
 "`fold_steps.select_slices`. Returns how many, or -1, with the outputs not to be read,\n"
@@ -2064,7 +2064,7 @@ static PyObject *select_slices(PyObject *mod, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t nsl = bov.len, n = (ow == 4 || ow == 8) ? bo.len / ow : 0;
     if ((ow != 4 && ow != 8) || bo.len % ow || bk.len != nsl || bs.len != 8 * nsl || be.len != 8 * nsl ||
-        (nw != 0 && nw != 4 && nw != 8) || (nw && bn.len != nw * nsl) || oi.len < 8 * n || os.len < 8 * n ||
+        (nw != 0 && nw != 2 && nw != 4 && nw != 8) || (nw && bn.len != nw * nsl) || oi.len < 8 * n || os.len < 8 * n ||
         oe.len < 8 * n || (nw && on.len < 8 * n)) {
         PyErr_SetString(PyExc_ValueError, "select_slices: arrays do not match");
         goto done;
@@ -2073,6 +2073,7 @@ static PyObject *select_slices(PyObject *mod, PyObject *args) {
     const int64_t *o64 = bo.buf;
     const uint8_t *ov = bov.buf, *kept = bk.buf;
     const double *start = bs.buf, *end = be.buf;
+    const int16_t *n16 = bn.buf;
     const int32_t *n32 = bn.buf;
     const int64_t *n64 = bn.buf;
     int64_t *out_row = oi.buf, *out_name = on.buf;
@@ -2090,7 +2091,7 @@ static PyObject *select_slices(PyObject *mod, PyObject *args) {
         out_row[k] = row;
         out_s[k] = start[row];
         out_e[k] = end[row];
-        if (nw) out_name[k] = nw == 4 ? (int64_t)n32[row] : n64[row];
+        if (nw) out_name[k] = nw == 2 ? (int64_t)n16[row] : (nw == 4 ? (int64_t)n32[row] : n64[row]);
         k++;
     }
     Py_END_ALLOW_THREADS
@@ -2156,6 +2157,60 @@ done:
     PyBuffer_Release(&bg);
     PyBuffer_Release(&bseg);
     PyBuffer_Release(&bse);
+    return result;
+}
+
+PyDoc_STRVAR(firsts_by_key_doc,
+"firsts_by_key(key, bucket, nkeys, out) -> int\n\n"
+"Of rows in time order (int64 `key` in [0, nkeys), int64 `bucket` never decreasing within\n"
+"a key), the positions of the first row of each (key, bucket), in order, into int64 `out`\n"
+"(room for len(key)); returns how many. One pass with the last bucket seen per key: the\n"
+"first instant of each scope and bucket (`reduce.points`), without sorting them. -1,\n"
+"changing nothing the caller reads, when a key lies outside [0, nkeys) (nkeys at most\n"
+"2^26) or a bucket goes back within its key (the caller sorts).");
+
+static PyObject *firsts_by_key(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bk, bb, bo;
+    long long nkeys;
+    if (!PyArg_ParseTuple(args, "y*y*Lw*", &bk, &bb, &nkeys, &bo)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bk.len / 8;
+    if (bk.len % 8 || bb.len != bk.len || bo.len < bk.len) {
+        PyErr_SetString(PyExc_ValueError, "firsts_by_key: arrays do not match");
+        goto done;
+    }
+    Py_ssize_t k = -1;
+    if (nkeys >= 1 && nkeys <= (1LL << 26)) {
+        const int64_t *key = bk.buf, *bucket = bb.buf;
+        int64_t *out = bo.buf;
+        int64_t *last = malloc((size_t)nkeys * sizeof(int64_t));
+        if (!last) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (long long j = 0; j < nkeys; j++) last[j] = INT64_MIN;
+        k = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t x = key[i], b = bucket[i];
+            if (x < 0 || x >= nkeys || b < last[x] || b == INT64_MIN) {
+                k = -1;
+                break;
+            }
+            if (b != last[x]) {
+                out[k++] = i;
+                last[x] = b;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        free(last);
+    }
+    result = PyLong_FromSsize_t(k);
+done:
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&bo);
     return result;
 }
 
@@ -2697,6 +2752,7 @@ static PyMethodDef module_methods[] = {
     {"bounds_within", bounds_within, METH_VARARGS, bounds_within_doc},
     {"select_slices", select_slices, METH_VARARGS, select_slices_doc},
     {"fold_groups", fold_groups, METH_VARARGS, fold_groups_doc},
+    {"firsts_by_key", firsts_by_key, METH_VARARGS, firsts_by_key_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"pb_event_columns", pb_event_columns, METH_VARARGS, pb_event_columns_doc},

@@ -80,8 +80,9 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 3
 # The prepared state's own format: a state of another is dropped quietly and made again.
 # 2: the window index and the flow binding keep orders, not the sorted starts and times;
-# 3: runs of the table's columns kept as such, one value repeated kept once
-PREPARED_VERSION = 3
+# 3: runs of the table's columns kept as such, one value repeated kept once;
+# 4: the window index keeps the instants in time order
+PREPARED_VERSION = 4
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
 POSITION_COLUMNS = ("starts", "lengths")

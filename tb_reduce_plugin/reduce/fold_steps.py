@@ -87,7 +87,7 @@ def select_slices(order: np.ndarray, overlaps: np.ndarray, kept: np.ndarray, wan
     gather a column, each a temporary; natively one pass (`_scan.select_slices`)."""
     native = scanner_module()
     if native is not None and len(order) and order.dtype in (np.int32, np.int64) and overlaps.dtype == np.bool_ \
-            and kept.dtype == np.bool_ and (name is None or name.dtype in (np.int32, np.int64)):
+            and kept.dtype == np.bool_ and (name is None or name.dtype in (np.int16, np.int32, np.int64)):
         n = len(order)
         row, s, e = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n)
         nm = np.empty(n if name is not None else 0, dtype=np.int64)

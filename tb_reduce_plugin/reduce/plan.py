@@ -28,13 +28,13 @@ from ..model.mapped import spilling_strictly
 from ..model.read_advice import cold, random_reads, will_need
 from ..model.slices import SliceTable
 from ..model.sorting import sample_bytes, search_by
-from ..model.table import INSTANT_PHASES, PH_B, PH_C, PH_E, PH_M, PH_X, EventTable, ph_in, time_span
+from ..model.table import PH_B, PH_C, PH_E, PH_M, PH_X, EventTable, ph_in, time_span
 from ..scan_pieces import usable_cores
 from . import shared
 from .buckets import _Buckets
 from .flows import _ahead, _ahead_lock, _BindingAhead, _flow_binding, _flow_keep, _flow_keep_window, _flows_leaving
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
-from .points import _counter_keep, _first_instants, _instant_keep
+from .points import _counter_keep, _instant_keep, first_instants_by_time
 from .shared import _event_chunks, _slice_chunks, _Static, _static, slices_of
 from .summaries import Grow, Summaries, _no_summaries, _reduce_slices, _track_runs
 from .window_index import WindowIndex, build_window_index
@@ -295,7 +295,9 @@ def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: floa
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
-    keep[_instant_keep(t, in_window, bk)] = True
+    wi = window_index(t)  # where it is made, the window's instants in time order: their firsts without a sort
+    keep[_instant_keep(t, in_window, bk) if wi is None
+         else first_instants_by_time(t, wi.instants_within(t, t0, t1), bk, t.track_pid())] = True
     keep[_flow_keep(t, sl, kept_slice)] = True
     sampled = np.zeros(len(t), dtype=bool)
     sampled[t.counter_event] = True
@@ -370,7 +372,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     rows, sampled = _samples_of(np.asarray(t.counter_event), pts)
     other = ~np.asarray(_static(t, sl).handled[pts]) | ((ph == PH_C) & ~sampled)
     parts += [sl.event[ks], kp[kp >= 0], _counter_keep(t, bk, rows),
-              _first_instants(t, pts[ph_in(ph, INSTANT_PHASES)], bk, t.track_pid()),
+              first_instants_by_time(t, wi.instants_within(t, t0, t1), bk, t.track_pid()),
               _flow_keep_window(t, sl, wi, kept_slice, ks), pts[other]]
     return Plan(level, bk.r, t0, t1, np.unique(np.concatenate(parts)), summaries)
 

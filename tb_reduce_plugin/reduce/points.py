@@ -9,6 +9,7 @@ import numpy as np
 
 from ..index.prepared import prepared_of
 from ..model.table import INSTANT_PHASES, SCOPE_GLOBAL, SCOPE_PROCESS, EventTable, ph_in
+from ..native import scanner_module
 from . import shared
 from .buckets import _Buckets
 from .shared import _event_chunks
@@ -85,3 +86,24 @@ def _first_instants(t: EventTable, idx: np.ndarray, bk: _Buckets, pid_of_track: 
     b = bk.of(ts)
     order = np.lexsort((idx, ts, b, who, kind))
     return idx[order][_group_firsts(order, [kind, who, b])]
+
+
+def first_instants_by_time(t: EventTable, inst: np.ndarray, bk: _Buckets, pid_of_track: np.ndarray) -> np.ndarray:
+    """Of the instants `inst` in (time, event) order (a run of the window index's
+    `instants`), the first of each (scope, who, bucket), ascending: `_first_instants`'s
+    set. In that order each (scope, who)'s buckets never go back, so natively one pass
+    keeps the last bucket seen per (scope, who) (`_scan.firsts_by_key`) instead of sorting
+    them all by five keys (a whole view of the 8 GiB Kineto trace: its 2.2 M instants, ~0.1 s)."""
+    inst = np.asarray(inst, dtype=np.int64)
+    native = scanner_module()
+    if native is not None and len(inst):
+        kind = np.asarray(t.scope[inst]).astype(np.int64)
+        track = np.asarray(t.track[inst]).astype(np.int64)
+        tracks = max(len(t.tracks), 1)
+        who = np.where(kind == SCOPE_GLOBAL, 0, np.where(kind == SCOPE_PROCESS, pid_of_track[track], track))
+        out = np.empty(len(inst), dtype=np.int64)
+        k = native.firsts_by_key(kind * tracks + who, bk.of(np.asarray(t.ts[inst])).astype(np.int64),
+                                 (int(kind.max()) + 1) * tracks, out)
+        if k >= 0:
+            return np.sort(inst[out[:k]])
+    return np.sort(_first_instants(t, inst, bk, pid_of_track))

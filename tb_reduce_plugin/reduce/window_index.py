@@ -18,6 +18,8 @@ index, made once per table (by a server in the background after the table's firs
   that reach into it, not the trace (XProf keeps 13 zoom levels for the same reason;
   Perfetto a max-duration segment tree per track);
 * the events every plan keeps (metadata, unmatched B/E, untimed ones) by index;
+* the instants of those points, in the same order: a plan's first instant of each scope
+  and bucket is then found in one pass (`points.first_instants_by_time`), not by a sort;
 * for flows: each key's number of events, the flow events by (track, time), each one's row
   in the flow binding (`flows._flow_binding`) and, per track, how far before a slice a
   flow event binds to it as the next one. A flow is kept only if each of its events binds
@@ -44,7 +46,7 @@ from ..index.prepared import prepared_of
 from ..model.mapped import Appended, scratch_array, spill
 from ..model.slices import SliceTable
 from ..model.sorting import order_by, sample_bytes, search_by
-from ..model.table import PH_B, PH_E, PH_X, EventTable, ph_in
+from ..model.table import INSTANT_PHASES, PH_B, PH_E, PH_X, EventTable, ph_in
 
 CHUNK_ROWS = 1 << 19
 # Tiers by binary exponent of the duration (`np.frexp`): 0 for slices of no length, then
@@ -75,6 +77,17 @@ class WindowIndex:
     flow_event: np.ndarray  # the flow events by (track, ts (NaN as inf), event)...
     flow_tracks: np.ndarray  # ...and each track's rows: flow_tracks[k]:flow_tracks[k + 1]
     counters_sorted: bool  # counter samples are in event order (their rows found by search)
+    instants: np.ndarray  # the instant events (of `points`) by (ts, event): a window's firsts found without a sort
+
+    def instants_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
+        """The instants of `t` with t0 <= ts <= t1, in (ts, event) order."""
+        ts, inst = np.asarray(t.ts), np.asarray(self.instants)
+
+        def ts_at(rows: np.ndarray) -> np.ndarray:
+            return ts[inst[rows]]
+
+        a, b = int(search_by(ts_at, 0, len(inst), t0, "left")), int(search_by(ts_at, 0, len(inst), t1, "right"))
+        return inst[a:max(a, b)]
 
     def points_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
         """The timed non-slice events of `t` with t0 <= ts <= t1, in event order."""
@@ -199,6 +212,11 @@ def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray, bindin
     order = order_by(p["ts"], None, None, folder, CHUNK_ROWS, "the window index")
     (points,) = _gathered(folder, order, {"points": p["idx"]})
     del p
+    inst = Appended(folder, {"instants": np.int64}, "the window index")
+    for a in range(0, len(points), CHUNK_ROWS):
+        rows = np.asarray(points[a:a + CHUNK_ROWS])
+        inst.append({"instants": rows[ph_in(np.asarray(t.ph[rows]), INSTANT_PHASES)]})
+    instants = inst.finish()["instants"]
 
     s = len(sl)
     tiers = Appended(folder, {"tier": np.uint16}, "the window index")
@@ -225,7 +243,7 @@ def build_window_index(t: EventTable, sl: SliceTable, always: np.ndarray, bindin
     ordered = all(bool(np.all(np.diff(np.asarray(ce[a:a + CHUNK_ROWS + 1])) >= 0))
                   for a in range(0, len(ce), CHUNK_ROWS))
     return WindowIndex(points, tier_order, rows, extent, keep.finish()["always"],
-                       flow_size, flow_row, flow_reach, flow_event, flow_tracks, ordered)
+                       flow_size, flow_row, flow_reach, flow_event, flow_tracks, ordered, instants)
 
 
 def _flow_sizes(t: EventTable) -> np.ndarray:
