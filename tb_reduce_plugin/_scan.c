@@ -2214,6 +2214,44 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(window_keep_doc,
+"window_keep(ts, ph, handled, sampled, t0, t1, keep)\n\n"
+"keep[i] = 1 (uint8, set only) for each event in [t0, t1] (float64 `ts`; NaN is in no\n"
+"window) whose phase has no rule of its own (`handled[i]` 0) or that is a counter (`ph[i]`\n"
+"'C') without samples (`sampled[i]` 0): the last per-event pass of a whole-table plan\n"
+"(`reduce.plan._plan_table`), one pass over five columns instead of seven numpy passes\n"
+"and their temporaries. The flags and phases are uint8, one an event.");
+
+static PyObject *window_keep(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bts, bph, bh, bs, bk;
+    double t0, t1;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*ddw*", &bts, &bph, &bh, &bs, &t0, &t1, &bk)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bph.len;
+    if (bts.len != 8 * n || bh.len != n || bs.len != n || bk.len != n) {
+        PyErr_SetString(PyExc_ValueError, "window_keep: arrays do not match");
+        goto done;
+    }
+    const double *ts = bts.buf;
+    const uint8_t *ph = bph.buf, *handled = bh.buf, *sampled = bs.buf;
+    uint8_t *keep = bk.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (ts[i] >= t0 && ts[i] <= t1 && (!handled[i] || (ph[i] == 'C' && !sampled[i]))) keep[i] = 1;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&bts);
+    PyBuffer_Release(&bph);
+    PyBuffer_Release(&bh);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bk);
+    return result;
+}
+
 /* ---- XSpace: the fields of one message, without upb's tree ------------------------ */
 
 PyDoc_STRVAR(pb_fields_doc,
@@ -2753,6 +2791,7 @@ static PyMethodDef module_methods[] = {
     {"select_slices", select_slices, METH_VARARGS, select_slices_doc},
     {"fold_groups", fold_groups, METH_VARARGS, fold_groups_doc},
     {"firsts_by_key", firsts_by_key, METH_VARARGS, firsts_by_key_doc},
+    {"window_keep", window_keep, METH_VARARGS, window_keep_doc},
     {"step_values", step_values, METH_VARARGS, step_values_doc},
     {"pb_fields", pb_fields, METH_VARARGS, pb_fields_doc},
     {"pb_event_columns", pb_event_columns, METH_VARARGS, pb_event_columns_doc},

@@ -29,6 +29,7 @@ from ..model.read_advice import cold, random_reads, will_need
 from ..model.slices import SliceTable
 from ..model.sorting import sample_bytes, search_by
 from ..model.table import PH_B, PH_C, PH_E, PH_M, PH_X, EventTable, ph_in, time_span
+from ..native import scanner_module
 from ..scan_pieces import usable_cores
 from . import shared
 from .buckets import _Buckets
@@ -268,14 +269,18 @@ def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: floa
                 resolution: Optional[int], grow: Optional[Grow], max_keep: Optional[int]) -> Optional[Plan]:
     """`plan_within` over the whole table (every event tested against the window)."""
     has_ts = st.has_ts
-    in_window = np.empty(len(t), dtype=bool)  # per-event flags made a chunk at a time: no temporaries per event
-    for c in _event_chunks(len(t)):
-        ts = t.ts[c]
-        in_window[c] = has_ts[c] & (ts >= t0) & (ts <= t1)
+    wi = window_index(t)  # where it is made, the window's instants in time order: their firsts without a sort
+    in_window = None
+    if level == 0 or wi is None:
+        in_window = np.empty(len(t), dtype=bool)  # per-event flags made a chunk at a time: no temporaries per event
+        for c in _event_chunks(len(t)):
+            ts = t.ts[c]
+            in_window[c] = has_ts[c] & (ts >= t0) & (ts <= t1)
     overlaps = (sl.start <= t1) & (sl.end >= t0)
 
     keep = np.array(st.always)
     if level == 0:
+        assert in_window is not None
         for c in _event_chunks(len(t)):
             keep[c] |= ~has_ts[c] | (in_window[c] & ~ph_in(np.asarray(t.ph[c]), (PH_X, PH_B, PH_E)))
         keep[sl.event[overlaps]] = True
@@ -295,15 +300,28 @@ def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: floa
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
     keep[_counter_keep(t, bk)] = True
-    wi = window_index(t)  # where it is made, the window's instants in time order: their firsts without a sort
-    keep[_instant_keep(t, in_window, bk) if wi is None
+    keep[_instant_keep(t, in_window, bk) if in_window is not None
          else first_instants_by_time(t, wi.instants_within(t, t0, t1), bk, t.track_pid())] = True
     keep[_flow_keep(t, sl, kept_slice)] = True
     sampled = np.zeros(len(t), dtype=bool)
     sampled[t.counter_event] = True
-    for c in _event_chunks(len(t)):  # other phases in the window, and counters with no series
-        keep[c] |= in_window[c] & (~st.handled[c] | ((np.asarray(t.ph[c]) == PH_C) & ~sampled[c]))
+    _keep_other_phases(t, st, sampled, t0, t1, keep)
     return Plan(level, bk.r, t0, t1, np.flatnonzero(keep), summaries)
+
+
+def _keep_other_phases(t: EventTable, st: _Static, sampled: np.ndarray, t0: float, t1: float,
+                       keep: np.ndarray) -> None:
+    """Keep the events in [t0, t1] of phases without a rule of their own, and counters with
+    no series (`sampled`: those with one): natively one pass a chunk of events
+    (`_scan.window_keep`), else numpy's passes."""
+    native = scanner_module()
+    for c in _event_chunks(len(t)):
+        ts, ph = np.ascontiguousarray(t.ts[c], dtype=np.float64), np.ascontiguousarray(t.ph[c])
+        if native is not None and ph.dtype == np.uint8:  # (a column of one value is kept once: made whole here)
+            native.window_keep(ts, ph, np.ascontiguousarray(st.handled[c]).view(np.uint8),
+                               sampled[c].view(np.uint8), float(t0), float(t1), keep[c].view(np.uint8))
+            continue
+        keep[c] |= st.has_ts[c] & (ts >= t0) & (ts <= t1) & (~st.handled[c] | ((ph == PH_C) & ~sampled[c]))
 
 
 def window_index(t: EventTable) -> Optional[WindowIndex]:

@@ -137,3 +137,28 @@ def test_a_search_through_an_order_finds_what_searchsorted_finds_over_the_sorted
         want = lo + np.searchsorted(keys[lo:hi], x, side)
         assert np.array_equal(search_by(key_at, lo, hi, x, side), want), (keys[lo:hi], x)
         assert [int(search_by(key_at, lo, hi, float(v), side)) for v in x] == want.tolist()  # one at a time
+
+
+@pytest.mark.parametrize("src", _traces()[:2], ids=lambda p: p.name[:40])
+def test_a_restart_plans_never_asked_views_from_the_kept_state_as_a_fresh_service_does(src, tmp_path) -> None:
+    """Views no service asked before (new resolutions: the whole-table plan, natively over
+    columns kept once as one repeated value, as a restart maps them), the same bytes as a
+    fresh service's."""
+    if src != TORCH_GPU:
+        require_corpus()
+    trace = _copied(src, tmp_path)
+    logdir, cache = str(trace.parent.parent), str(tmp_path / "cache")
+    first = TraceService(logdir, cache_dir=cache)
+    host = first.runs()[0]["hosts"][0]["host"]
+    lo, hi = first.on_index(first.trace_file("run", host), lambda i: default_window(i.table))
+    first.reduction("run", host, 2, None, None)
+    first.wait_saved()
+    second = TraceService(logdir, cache_dir=cache)
+    fresh = TraceService(logdir, cache_dir=str(tmp_path / "fresh"))
+    span = hi - lo
+    for res, window in ((977, (None, None)), (1201, (lo + 0.05 * span, lo + 0.95 * span)), (333, (None, None))):
+        got = [s.reduction("run", host, 2, *window, resolution=res) for s in (second, fresh)]
+        assert not got[0].stats.get("cached")
+        bodies = [r.body.read() for r in got]
+        assert [gzip.decompress(b) if b[:2] == b"\x1f\x8b" else b for b in bodies][0] == \
+            [gzip.decompress(b) if b[:2] == b"\x1f\x8b" else b for b in bodies][1]

@@ -1,5 +1,6 @@
 """The fold's per-slice steps (`reduce/fold_steps.py`): plans of real traces are the same
-byte for byte whether the steps run natively or in numpy, and the names' counts are
+byte for byte whether the steps (and the plan's other native passes: the first instants,
+the events of other phases) run natively or in numpy, and the names' counts are
 `np.unique`'s whether they are counted in a table or sorted."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from tb_reduce_plugin.native import available
-from tb_reduce_plugin.reduce import fold_steps
+from tb_reduce_plugin.reduce import fold_steps, points
+from tb_reduce_plugin.reduce import plan as plan_module
 from tb_reduce_plugin.reduce.plan import default_window, plan
 
 
@@ -27,7 +29,8 @@ def test_plans_of_real_traces_are_the_same_with_the_native_steps_and_with_numpy(
     for name, t in oracle_tables:
         monkeypatch.setenv("TB_REDUCE_NATIVE", "1")  # native steps, also where the suite runs pure
         native = _plans(t)
-        monkeypatch.setattr(fold_steps, "scanner_module", lambda: None)  # the steps' numpy twins only
+        for module in (fold_steps, points, plan_module):  # the steps' numpy twins only
+            monkeypatch.setattr(module, "scanner_module", lambda: None)
         twin = _plans(t)
         monkeypatch.undo()
         for a, b in zip(native, twin):
@@ -153,3 +156,25 @@ def test_a_chunk_s_groups_are_the_same_natively_and_in_numpy(seed: int, monkeypa
     for group, got_seg, seg_end in _both_ways(monkeypatch, lambda: fold_steps.fold_groups(new, se)):
         assert group.tolist() == (np.cumsum(first) - 1).tolist() and got_seg.tolist() == seg.tolist()
         assert np.array_equal(seg_end, np.maximum.reduceat(se, seg), equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_native_keep_of_other_phases_is_numpy_s(seed: int, monkeypatch) -> None:
+    """`_scan.window_keep`: events in [t0, t1] (both ends in, NaN in none) of phases without
+    a rule, or counters without samples, set in `keep` and nothing cleared."""
+    if not available():
+        pytest.skip("the native extension is not built here")
+    monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 500))
+    t0, t1 = 10.0, 20.0
+    ts = rng.choice([np.nan, t0, t1, np.nextafter(t0, 0), np.nextafter(t1, 99), 15.0, 5.0, 25.0], n)
+    ph = rng.choice(np.frombuffer(b"XBEMCisfP", dtype=np.uint8), n)
+    handled, sampled, keep = rng.random(n) < 0.5, rng.random(n) < 0.5, rng.random(n) < 0.2
+    want = keep | ((ts >= t0) & (ts <= t1) & (~handled | ((ph == ord("C")) & ~sampled)))
+    fold_steps.scanner_module().window_keep(ts, ph, handled.view(np.uint8), sampled.view(np.uint8), t0, t1,
+                                            keep.view(np.uint8))
+    assert np.array_equal(keep, want)
+    with pytest.raises(ValueError):
+        fold_steps.scanner_module().window_keep(ts[:n // 2], ph, handled.view(np.uint8), sampled.view(np.uint8),
+                                                t0, t1, keep.view(np.uint8))
