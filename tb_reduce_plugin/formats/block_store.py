@@ -20,13 +20,11 @@ index store). Nothing else changes for a reader that ignores the tier.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import tempfile
 import threading
 import weakref
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Optional
 
@@ -66,25 +64,6 @@ _GATHER_BYTES = 1 << 20  # the tier's text gathered at once from what is read
 _COMPRESS_THREADS = max(1, min(4, os.cpu_count() or 1))
 _pool: Optional[tuple[int, ThreadPoolExecutor]] = None  # (the process that made it, the pool)
 _pool_lock = threading.Lock()
-
-
-# Chunks a read inflates on `_inflaters`, a batch a task, this many batches ahead of the one
-# it copies from: a whole view of an 8 GiB trace inflates ~4,100 chunks (0.19 s of zstd on one
-# core); held ahead at most _INFLATE_AHEAD * _INFLATE_BATCH chunks (12 MiB).
-_INFLATE_BATCH = 16
-_INFLATE_AHEAD = 3
-_INFLATE_THREADS = max(1, min(2, os.cpu_count() or 1))
-_readers: Optional[tuple[int, ThreadPoolExecutor]] = None
-
-
-def _inflaters() -> ThreadPoolExecutor:
-    """The pool reads inflate chunks on (`BlockStore.copy`), made on first use in this
-    process; apart from `_compressors`, so a window's read never waits behind the keeping."""
-    global _readers
-    with _pool_lock:
-        if _readers is None or _readers[0] != os.getpid():
-            _readers = (os.getpid(), ThreadPoolExecutor(_INFLATE_THREADS, thread_name_prefix="tb-reduce-read"))
-        return _readers[1]
 
 
 def _compressors() -> ThreadPoolExecutor:
@@ -287,69 +266,24 @@ class BlockStore:
         lo_chunk = np.searchsorted(firsts, starts, side="right") - 1
         hi_chunk = np.searchsorted(firsts, np.maximum(ends - 1, starts), side="right") - 1
         self._prefetch(lo_chunk, hi_chunk)
-        n = len(starts)
-        if not n:
-            return
-        # The runs of ranges starting in one chunk, found at once: the loop below holds the GIL
-        # only briefly a run, so the chunks inflated ahead on the pool's threads get it.
-        heads = np.flatnonzero(np.r_[True, lo_chunk[1:] != lo_chunk[:-1]])
-        run_a, run_b = lo_chunk[heads].tolist(), np.maximum.reduceat(hi_chunk, heads).tolist()
-        cuts = heads.tolist() + [n]
-        base = firsts[lo_chunk]
-        xs, ys = (starts - base).tolist(), (ends - base).tolist()
-        inflated = self._inflated(self._needed(lo_chunk, hi_chunk))
         held: dict[int, bytes] = {}  # inflated chunks still needed by the ranges to come
-        for r, (a, b) in enumerate(zip(run_a, run_b)):
-            if held and min(held) < a:
-                for c in [c for c in held if c < a]:
-                    del held[c]
+        i, n = 0, len(starts)
+        while i < n:
+            a = int(lo_chunk[i])
+            j = int(np.searchsorted(lo_chunk, a, side="right"))  # the run of ranges starting in chunk a
+            b = int(hi_chunk[i:j].max())
+            for c in [c for c in held if c < a]:
+                del held[c]
             for c in range(a, b + 1):
                 if c not in held:
-                    got, held[c] = next(inflated)
-                    assert got == c, (got, c)  # both walk the chunks needed in ascending order
-            i, j = cuts[r], cuts[r + 1]
+                    held[c] = self._chunk(c)
+            x, y = (starts[i:j] - firsts[a]).tolist(), (ends[i:j] - firsts[a]).tolist()
             data = held[a]
             if b == a:
-                yield [data[p:q] for p, q in zip(xs[i:j], ys[i:j])]
+                yield [data[p:q] for p, q in zip(x, y)]
             else:
-                yield [data[p:q] if q <= len(data) else _across(held, a, p, q) for p, q in zip(xs[i:j], ys[i:j])]
-
-    def _needed(self, lo_chunk: np.ndarray, hi_chunk: np.ndarray) -> list[int]:
-        """The chunks within some [lo_chunk[i], hi_chunk[i]], ascending."""
-        if not len(lo_chunk):
-            return []
-        need = np.zeros(len(self._offsets) + 1, dtype=np.int64)  # +1 where a run starts, -1 past its end
-        np.add.at(need, lo_chunk, 1)
-        np.add.at(need, hi_chunk + 1, -1)
-        return np.flatnonzero(np.cumsum(need) > 0).tolist()
-
-    def _inflated(self, chunks: list[int]) -> Iterator[tuple[int, bytes]]:
-        """(c, chunk c's text) for each of `chunks` in order: inflated on `_inflaters` in
-        batches of `_INFLATE_BATCH`, `_INFLATE_AHEAD` batches at once, where there are that
-        many (zstd lets go of the GIL; a task a chunk cost about what inflating it does)."""
-        if len(chunks) < 2 * _INFLATE_BATCH:
-            for c in chunks:
-                yield c, self._chunk(c)
-            return
-        pool = _inflaters()
-        batches = (chunks[i:i + _INFLATE_BATCH] for i in range(0, len(chunks), _INFLATE_BATCH))
-        ahead: deque = deque()
-
-        def inflate(batch: list[int]) -> list[bytes]:
-            return [self._chunk(c) for c in batch]
-
-        try:
-            for batch in itertools.islice(batches, _INFLATE_AHEAD):
-                ahead.append((batch, pool.submit(inflate, batch)))
-            while ahead:
-                batch, future = ahead.popleft()
-                nxt = next(batches, None)
-                if nxt is not None:
-                    ahead.append((nxt, pool.submit(inflate, nxt)))
-                yield from zip(batch, future.result())
-        finally:  # stopped early or failed: what is still queued is not inflated
-            for _, future in ahead:
-                future.cancel()
+                yield [data[p:q] if q <= len(data) else _across(held, a, p, q) for p, q in zip(x, y)]
+            i = j
 
     def _prefetch(self, lo_chunk: np.ndarray, hi_chunk: np.ndarray) -> None:
         """Ask the kernel for the compressed bytes of the chunks [lo_chunk[i], hi_chunk[i]]

@@ -169,39 +169,6 @@ def test_a_windows_chunks_are_asked_of_the_kernel_run_by_run_before_they_are_rea
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_chunks_inflated_ahead_on_the_pool_give_the_ranges_the_text_holds(tmp_path, monkeypatch, seed) -> None:
-    """`BlockStore.copy` inflates the chunks its ranges need ahead, on `_inflaters`: ranges
-    within one chunk, across several, sharing chunks, give the text's bytes, whether
-    inflated ahead or one at a time; a reader that stops early leaves nothing behind, and
-    a damaged chunk is an error either way."""
-    from tb_reduce_plugin.errors import KeptTextDamaged
-    from tb_reduce_plugin.formats import block_store as bs
-
-    monkeypatch.setattr(bs, "TEXT_CHUNK", 1000)
-    rng = np.random.default_rng(seed)
-    text = bytes(rng.integers(32, 127, 200_000, dtype=np.uint8))
-    store = bs.BlockStore(str(tmp_path))
-    store.add_text(text)
-    store.finish()
-    starts = np.sort(rng.integers(0, len(text) - 5000, int(rng.integers(1, 400))))
-    ends = starts + rng.choice([1, 30, 999, 1000, 4500], len(starts))
-    want = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
-    for ahead in (bs._INFLATE_AHEAD, 1 << 30):
-        monkeypatch.setattr(bs, "_INFLATE_AHEAD", ahead)
-        assert [raw for batch in store.copy(starts, ends) for raw in batch] == want
-    monkeypatch.setattr(bs, "_INFLATE_AHEAD", 2)
-    for batch in store.copy(starts, ends):  # stopped after its first batch
-        assert batch
-        break
-    with open(store.path, "r+b") as f:  # one chunk's frame changed on disk
-        f.seek(store._offsets[len(store._offsets) // 2] + 20)
-        f.write(b"\x00\x01\x02")
-    with pytest.raises(KeptTextDamaged):
-        for _ in store.copy(np.array([0], dtype=np.int64), np.array([len(text)], dtype=np.int64)):
-            pass
-
-
-@pytest.mark.parametrize("seed", range(6))
 def test_ranges_copied_from_kept_chunks_are_the_text_s_bytes(tmp_path, monkeypatch, seed) -> None:
     """`BlockStore.copy`: ranges within one chunk, across several, sharing chunks, give the
     text's bytes; a reader that stops early leaves nothing behind, and a chunk changed on
