@@ -1782,6 +1782,7 @@ static PyObject *busy_parts(PyObject *mod, PyObject *args) {
             if (a > t1) a = t1;
             if (b < t0) b = t0;
             if (b > t1) b = t1;
+            if (!(b > a)) continue;  /* an empty part (a slice within the ones before it) adds +0.0: nothing */
             int64_t b0 = (int64_t)((a - t0) / theta), b1 = (int64_t)((b - t0) / theta);  /* >= 0: truncation is floor */
             if (b0 > last_bucket) b0 = last_bucket;
             if (b1 > last_bucket) b1 = last_bucket;
