@@ -162,8 +162,9 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
             continue
         starts, ends = k_start[h0:h1], k_end[h0:h1]
         tol = 2e-6 + 4e-15 * max(abs(float(starts[0])), float(np.abs(ends).max()))  # above `_landing`'s own
-        a = wi.flow_rows(t, tr, starts - float(wi.flow_reach[tr]) - tol, "left")  # ascending, as the starts
-        b = np.maximum.accumulate(wi.flow_rows(t, tr, ends + tol, "right"))
+        a, b = wi.flow_rows(t, tr, ((starts - float(wi.flow_reach[tr]) - tol, "left"),  # ascending, as the starts
+                                    (ends + tol, "right")))
+        b = np.maximum.accumulate(b)
         new = np.r_[True, a[1:] > b[:-1]]  # runs of rows that overlap merged into one
         lo, hi = a[new], b[np.r_[np.flatnonzero(new)[1:] - 1, len(a) - 1]]
         if int((hi - lo).sum()):

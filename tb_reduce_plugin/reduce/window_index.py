@@ -103,11 +103,12 @@ class WindowIndex:
         n = len(self.points)
         return int(search_by(ts_at, 0, n, t0, "left")), int(search_by(ts_at, 0, n, t1, "right"))
 
-    def flow_rows(self, t: EventTable, track: int, x: np.ndarray, side: str) -> np.ndarray:
-        """`np.searchsorted` of `x` among the times (NaN as inf) of `track`'s flow events,
-        as rows of that track's run (0 .. its flows): the rows between the least and the
-        greatest query found by search, their times read, and every query searched there
-        (each one's answer lies between those two)."""
+    def flow_rows(self, t: EventTable, track: int, queries: tuple) -> list[np.ndarray]:
+        """For each (x, side) of `queries`, `np.searchsorted` of `x` among the times (NaN as
+        inf) of `track`'s flow events, as rows of that track's run (0 .. its flows): the rows
+        between the least and the greatest value of all queries found by search, their times
+        read once, and every query searched there (each answer lies between those two; a
+        window's flows search its kept slices' starts and ends: one read, not two)."""
         r0, r1 = int(self.flow_tracks[track]), int(self.flow_tracks[track + 1])
         all_ts, events = np.asarray(t.ts), np.asarray(self.flow_event)
 
@@ -115,12 +116,13 @@ class WindowIndex:
             ts = all_ts[events[rows]]
             return np.where(np.isnan(ts), np.inf, ts)
 
-        x = np.asarray(x, dtype=np.float64)
-        if not len(x) or np.isnan(x).any():
-            return search_by(ts_at, r0, r1, x, side) - r0
-        a = int(search_by(ts_at, r0, r1, float(x.min()), "left"))
-        b = int(search_by(ts_at, a, r1, float(x.max()), "right"))
-        return a - r0 + np.searchsorted(ts_at(np.arange(a, b)), x, side)
+        xs = [np.asarray(x, dtype=np.float64) for x, _ in queries]
+        if not all(len(x) for x in xs) or any(np.isnan(x).any() for x in xs):
+            return [search_by(ts_at, r0, r1, x, side) - r0 for x, (_, side) in zip(xs, queries)]
+        a = int(search_by(ts_at, r0, r1, min(float(x.min()) for x in xs), "left"))
+        b = int(search_by(ts_at, a, r1, max(float(x.max()) for x in xs), "right"))
+        times = ts_at(np.arange(a, b))
+        return [a - r0 + np.searchsorted(times, x, side) for x, (_, side) in zip(xs, queries)]
 
     def slices_overlapping(self, sl: SliceTable, t0: float, t1: float) -> np.ndarray:
         """The slices with start <= t1 and end >= t0, ascending: per tier, the run of those
