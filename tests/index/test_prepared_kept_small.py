@@ -41,6 +41,19 @@ def _folder(cache: str, trace: Path) -> Path:
     return Path(cache) / "index" / index_digest(str(trace), identity(trace))
 
 
+def _first_service(src: Path, tmp_path: Path) -> tuple:
+    """`src` copied into a logdir, and a service over it with a cache folder: (the copy, the
+    logdir, the cache, the service, its host, the trace's default window)."""
+    if src != TORCH_GPU:
+        require_corpus()
+    trace = _copied(src, tmp_path)
+    logdir, cache = str(trace.parent.parent), str(tmp_path / "cache")
+    first = TraceService(logdir, cache_dir=cache)
+    host = first.runs()[0]["hosts"][0]["host"]
+    return trace, logdir, cache, first, host, first.on_index(first.trace_file("run", host),
+                                                              lambda i: default_window(i.table))
+
+
 def _answers(s: TraceService, host: str, lo: float, hi: float) -> list:
     out = []
     span = hi - lo
@@ -56,13 +69,7 @@ def _answers(s: TraceService, host: str, lo: float, hi: float) -> list:
 
 @pytest.mark.parametrize("src", _traces(), ids=lambda p: p.name[:40])
 def test_a_restart_answers_from_the_narrowed_kept_state_what_a_fresh_service_answers(src, tmp_path) -> None:
-    if src != TORCH_GPU:
-        require_corpus()
-    trace = _copied(src, tmp_path)
-    logdir, cache = str(trace.parent.parent), str(tmp_path / "cache")
-    first = TraceService(logdir, cache_dir=cache)
-    host = first.runs()[0]["hosts"][0]["host"]
-    lo, hi = first.on_index(first.trace_file("run", host), lambda i: default_window(i.table))
+    trace, logdir, cache, first, host, (lo, hi) = _first_service(src, tmp_path)
     _answers(first, host, lo, hi)  # every kind of state made, the window index in the background
     first.wait_saved()
     assert first.warm_index(first.trace_file("run", host)).prepared.window_index is not None
@@ -144,13 +151,7 @@ def test_a_restart_plans_never_asked_views_from_the_kept_state_as_a_fresh_servic
     """Views no service asked before (new resolutions: the whole-table plan, natively over
     columns kept once as one repeated value, as a restart maps them), the same bytes as a
     fresh service's."""
-    if src != TORCH_GPU:
-        require_corpus()
-    trace = _copied(src, tmp_path)
-    logdir, cache = str(trace.parent.parent), str(tmp_path / "cache")
-    first = TraceService(logdir, cache_dir=cache)
-    host = first.runs()[0]["hosts"][0]["host"]
-    lo, hi = first.on_index(first.trace_file("run", host), lambda i: default_window(i.table))
+    _, logdir, cache, first, host, (lo, hi) = _first_service(src, tmp_path)
     first.reduction("run", host, 2, None, None)
     first.wait_saved()
     second = TraceService(logdir, cache_dir=cache)
