@@ -12,7 +12,10 @@ is a running maximum, two bucket numbers and a binary search per slice over the 
 boundaries, with a temporary array per step: ~40 % of a whole-trace plan's fold and
 ~60 % of its straddlers' pass. Both walk slices whose `lo` never decreases (a track by
 start; `prev` is a running maximum), so the extension walks the boundaries once with
-them (`_scan.fold_cuts`, `_scan.bounds_within`).
+them (`_scan.fold_cuts`, `_scan.bounds_within`). Reading a chunk (its rows of the slice
+order that overlap the window and are kept or not, with their times and names) and cutting
+it into groups are one native pass each too (`select_slices`, `fold_groups`): in numpy a
+gather and a temporary a column, and three passes (a whole view's fold CPU 0.46 -> 0.25 s).
 
 The numpy code here is the reference: the extension gives the same values, bit for bit
 but for the sign of a zero where two zeros meet (numpy's own maximum picks either by CPU;

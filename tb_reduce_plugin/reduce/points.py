@@ -64,8 +64,8 @@ def _instant_keep(t: EventTable, in_window: np.ndarray, bk: _Buckets) -> np.ndar
     """Per scope (thread, process or global) and bucket, the first instant (by time, then
     event). Found a chunk of events at a time: each chunk's firsts per group, then the
     first of those — the same instants as one sort of them all, holding a chunk. A table
-    without instants (a Kineto trace: the count is made once, `instant_count`) skips the
-    pass over its phases (0.11 s a whole view of 25 M events)."""
+    without instants (counted once, `instant_count`) skips the pass over its phases. Where
+    the window index is made, `first_instants_by_time` finds the same without this pass."""
     if instant_count(t) == 0:
         return np.zeros(0, dtype=np.int64)
     pid_of_track = t.track_pid()

@@ -266,7 +266,7 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
     track = -1
     run_end: Optional[float] = None  # the latest end of the track's small slices so far
     grp: Optional[_OpenGroup] = None
-    for small, ss, se, names in chunks(False, names=True):
+    for small, ss, se, name_ids in chunks(False, names=True):
         track = int(sl.track[small[0]])
         # which open a summary, and where each one's busy time begins (`fold_steps.fold_cuts`)
         new, part, run_end = fold_cuts(ss, se, bounds, bk, run_end)
@@ -285,8 +285,8 @@ def _fold_track(sl: SliceTable, kept: np.ndarray, bounds: np.ndarray, bk: _Bucke
                                    bk.r - 1)
         del part
         span = busy_last - busy_first + 1
-        g, nm, cnt = name_counts(group, names)
-        del group, names
+        g, nm, cnt = name_counts(group, name_ids)
+        del group, name_ids
         if not new[0]:  # the chunk goes on with the open summary
             head = g == 0
             names, inv = np.unique(np.concatenate((grp.names, nm[head])), return_inverse=True)
