@@ -13,6 +13,11 @@ ratios; the bodies of the two trees are compared (a change of speed, never of ou
     python3 bench/bench_zoom_trees.py /tmp/g16.pt.trace.json.gz --baseline /work/wt --widths 0.1 0.01
     python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --drop-caches   # cold: root only
     python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --warm -n 9    # a running server
+    python3 bench/bench_zoom_trees.py TRACE --baseline /work/wt --whole -n 5   # whole views
+
+`--whole`: the whole trace (the default view's window) at level 2 and a resolution never
+asked (1601, 1602, ...: the default view's 1,600 buckets and one more each time), each in a
+fresh restarted process: the whole-table plan a restart pays for a view it never made.
 
 `--warm`: a user zooming in a server that has answered before. Per tree, one process (the
 trees in turn) restarts over its cache, asks one window it does not count (the process's
@@ -49,9 +54,12 @@ if width == 0:
     s.wait_saved()
     print(json.dumps({"view": view, "saved": time.perf_counter() - t - view, "events": r.stats["input"]["events"]}))
     sys.exit(0)
-lo, hi = s.on_index(s.trace_file(run, host), lambda i: default_window(i.table))
-w = (lo + at * (hi - lo), lo + (at + width) * (hi - lo))
-t = time.perf_counter(); r = s.reduction(run, host, 2, *w); took = time.perf_counter() - t
+if width < 0:  # the whole trace, at a resolution (`at`) never asked
+    t = time.perf_counter(); r = s.reduction(run, host, 2, None, None, resolution=int(at)); took = time.perf_counter() - t
+else:
+    lo, hi = s.on_index(s.trace_file(run, host), lambda i: default_window(i.table))
+    w = (lo + at * (hi - lo), lo + (at + width) * (hi - lo))
+    t = time.perf_counter(); r = s.reduction(run, host, 2, *w); took = time.perf_counter() - t
 assert r.stats["index"] == "stored" and not r.stats["cached"], "not a restarted index, or a window asked before"
 data = r.body.read()
 body = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
@@ -90,6 +98,7 @@ def main() -> int:
     ap.add_argument("--widths", type=float, nargs="+", default=[0.1, 0.01, 0.001], help="shares of the trace")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before each window (root)")
     ap.add_argument("--warm", action="store_true", help="every window in one running server per tree (see above)")
+    ap.add_argument("--whole", action="store_true", help="whole views at new resolutions instead of windows")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
     work = Path(tempfile.mkdtemp(prefix="tbr-zoom-trees-"))
@@ -101,10 +110,12 @@ def main() -> int:
             print(f"{name:10s} first view {filled[name]['view']:.1f} s, then kept {filled[name]['saved']:.1f} s",
                   flush=True)
         rows = _warm_rows(args, trees, logs, run, host, work) if args.warm else []
-        for width in [] if args.warm else args.widths:
+        for width in [] if args.warm else [-1.0] if args.whole else args.widths:
             got: dict = {name: [] for name in trees}
             for i in range(args.n):
                 at = 0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width)  # never asked before
+                if width < 0:
+                    at = 1601 + i  # a resolution never asked (the default view's is 1,600)
                 digests = set()
                 for name, tree in trees.items():
                     copy = work / "restarted"
@@ -134,7 +145,8 @@ def main() -> int:
         for width, got in rows:
             b, t = got["baseline"], got["this tree"]
             mb, mt = med(r["request"] for r in b), med(r["request"] for r in t)
-            print(f"{width * 100:6.1f} %   {mb:7.3f} s / {mt:7.3f} s  x{mb / mt:5.2f}   "
+            what = " whole  " if width < 0 else f"{width * 100:6.1f} %"
+            print(f"{what}   {mb:7.3f} s / {mt:7.3f} s  x{mb / mt:5.2f}   "
                   f"{med(r['plan'] for r in b):.3f} / {med(r['plan'] for r in t):.3f}   "
                   f"{med(r['write'] for r in b):.3f} / {med(r['write'] for r in t):.3f}")
     finally:
