@@ -81,7 +81,7 @@ INDEX_VERSION = 3
 # The prepared state's own format: a state of another is dropped quietly and made again.
 # 2: the window index and the flow binding keep orders, not the sorted starts and times;
 # 3: runs of the table's columns kept as such, one value repeated kept once;
-# 4: the window index keeps the instants in time order
+# 4: the window index keeps the instants in time order, the masks each track's rows of the slice order
 PREPARED_VERSION = 4
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
@@ -1116,6 +1116,10 @@ def _check_prepared(p: Prepared, events: int, table: Optional[EventTable] = None
             raise Damaged("the kept masks are not one row per event")
         if sl is not None and len(st.slice_order) != len(sl.start):
             raise Damaged("the kept slice order is not one row per slice")
+        rows = np.asarray(st.track_rows)
+        if (len(rows) < 2 or int(rows[0]) != 0 or int(rows[-1]) != len(st.slice_order)
+                or bool(np.any(np.diff(rows) < 0))):
+            raise Damaged("the kept tracks' rows of the slice order do not fit it")
     if p.instants is not None and not (isinstance(p.instants, int) and 0 <= p.instants <= events):
         raise Damaged("the kept count of instants does not fit the table")
     wi = p.window_index
@@ -1125,6 +1129,9 @@ def _check_prepared(p: Prepared, events: int, table: Optional[EventTable] = None
                 or int(wi.tier_rows[0]) != 0 or int(wi.tier_rows[-1]) != slices or np.any(np.diff(wi.tier_rows) < 0)
                 or not isinstance(wi.counters_sorted, bool)):
             raise Damaged("the kept window index does not fit the slices")
+        if len(wi.instants) > len(wi.points) or (len(wi.instants) and (int(np.min(wi.instants)) < 0
+                                                                      or int(np.max(wi.instants)) >= events)):
+            raise Damaged("the kept window index's instants are not events of the table")
         flows = len(wi.flow_event)
         if (len(wi.flow_row) != flows or len(wi.flow_tracks) != len(wi.flow_reach) + 1
                 or int(wi.flow_tracks[0]) != 0 or int(wi.flow_tracks[-1]) != flows

@@ -37,7 +37,7 @@ from .flows import _ahead, _ahead_lock, _BindingAhead, _flow_binding, _flow_keep
 from .levels import LEVELS, MAX_RESOLUTION, RESOLUTION
 from .points import _counter_keep, _instant_keep, first_instants_by_time
 from .shared import _event_chunks, _slice_chunks, _Static, _static, slices_of
-from .summaries import Grow, Summaries, _no_summaries, _reduce_slices, _track_runs
+from .summaries import Grow, Summaries, _no_summaries, _reduce_slices
 from .window_index import WindowIndex, build_window_index
 
 MIN_WINDOW_US = 1e-6
@@ -293,9 +293,8 @@ def _plan_table(t: EventTable, sl: SliceTable, st: _Static, level: int, t0: floa
         return Plan(0, None, t0, t1, np.flatnonzero(keep), _no_summaries())
 
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
-    runs = st.__dict__.get("_track_runs")  # each track's rows of the slice order: the same for every plan
-    if runs is None:
-        runs = st.__dict__["_track_runs"] = _track_runs(sl.track, st.slice_order)
+    rows = np.asarray(st.track_rows).tolist()  # each track's rows of the slice order: the same for every plan
+    runs = [(a, b) for a, b in zip(rows[:-1], rows[1:]) if b > a]
     kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), st.slice_order, grow, runs)
     keep[sl.event[kept_slice]] = True
     keep[sl.partner[kept_slice & (sl.partner >= 0)]] = True
@@ -412,16 +411,13 @@ def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float, t1
     tracks = len(t.tracks)
     if tracks > WINDOW_ORDER_MAX_TRACKS or len(sl) >= 1 << 62:
         return wi.slices_overlapping(sl, t0, t1), None, None
-    so = np.asarray(_static(t, sl).slice_order)
-    track, start = np.asarray(sl.track), np.asarray(sl.start)
-
-    def track_at(rows: np.ndarray) -> np.ndarray:
-        return track[so[rows]]
+    st = _static(t, sl)
+    so, start = np.asarray(st.slice_order), np.asarray(sl.start)
 
     def start_at(rows: np.ndarray) -> np.ndarray:
         return start[so[rows]]
 
-    bounds = search_by(track_at, 0, len(so), np.arange(tracks + 1, dtype=np.float64), "left")
+    bounds = np.asarray(st.track_rows)[:tracks + 1]  # each track's run of the order (prepared)
     lo = search_by(start_at, bounds[:-1], bounds[1:], t0, "left")
     hi = search_by(start_at, bounds[:-1], bounds[1:], t1, "right")
     strad = wi.straddlers(sl, t0)

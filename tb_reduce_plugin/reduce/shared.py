@@ -58,6 +58,10 @@ class _Static:
     always: np.ndarray  # kept at every level: M, unpaired B/E, untimed events (flows aside)
     handled: np.ndarray  # phases with their own rule (the rest are kept when in the window)
     slice_order: np.ndarray  # slices by (track, start, event)
+    # Track k's rows of `slice_order`: track_rows[k]:track_rows[k + 1] (one more than the tracks).
+    # Kept with the state, so a restarted server's first window does not search them out
+    # through the order (~0.1 s of page faults with the page cache cold, 8 GiB trace).
+    track_rows: np.ndarray
 
 
 def _static(t: EventTable, sl: SliceTable) -> _Static:
@@ -77,8 +81,23 @@ def _static(t: EventTable, sl: SliceTable) -> _Static:
             masks.append({"has_ts": has_ts, "always": always,
                           "handled": ph_in(ph, (PH_X, PH_B, PH_E, PH_M, PH_C) + INSTANT_PHASES + FLOW_PHASES)})
         m = masks.finish()
-        st = p.static = _Static(m["has_ts"], m["always"], m["handled"], _track_start_order(sl, t.scratch))
+        st = p.static = _Static(m["has_ts"], m["always"], m["handled"], _track_start_order(sl, t.scratch),
+                                _track_rows(sl, len(t.tracks)))
     return st
+
+
+def _track_rows(sl: SliceTable, tracks: int) -> np.ndarray:
+    """Where each track's run of the slice order begins, and where the last one ends: its
+    slices counted a chunk at a time (the order is by track first)."""
+    count = np.zeros(max(tracks, 1), dtype=np.int64)
+    for c in _slice_chunks(len(sl)):
+        got = np.bincount(np.asarray(sl.track[c]), minlength=len(count))
+        if len(got) > len(count):  # a track id past the table's tracks: counted all the same
+            count = np.concatenate((count, np.zeros(len(got) - len(count), dtype=np.int64)))
+        count[:len(got)] += got
+    rows = np.zeros(len(count) + 1, dtype=np.int64)
+    np.cumsum(count, out=rows[1:])
+    return rows
 
 
 def slice_order(t: EventTable) -> np.ndarray:

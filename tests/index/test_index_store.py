@@ -29,7 +29,7 @@ from tb_reduce_plugin.native import scanner_module
 from tb_reduce_plugin.query.aggregate import aggregate
 from tb_reduce_plugin.query.search import compile_query, search
 from tb_reduce_plugin.reduce.pipeline import index_file
-from tb_reduce_plugin.reduce.plan import default_window
+from tb_reduce_plugin.reduce.plan import default_window, prepare_window_index
 from tb_reduce_plugin.serve import service as service_module
 from tb_reduce_plugin.serve.service import TraceService
 from tb_reduce_plugin.waveforms.steps import derive
@@ -485,6 +485,27 @@ def _slices_past_the_table(manifest: dict, folder: Path) -> None:
     _resum(manifest, folder, name)
 
 
+def _track_rows_that_do_not_fit(manifest: dict, folder: Path) -> None:
+    """Consistent checksums, the tracks' rows of the slice order ending past it."""
+    name = f"p{manifest['gen']}_{manifest['spec']['static']['f']['track_rows']['a']}.npy"
+    a = np.load(folder / name)
+    a[-1] += 5
+    np.save(folder / name, a)
+    _resum(manifest, folder, name)
+
+
+def _instants_past_the_table(manifest: dict, folder: Path) -> None:
+    """Consistent checksums, the window index's instants naming an event past the table."""
+    name = f"p{manifest['gen']}_{manifest['spec']['window_index']['f']['instants']['a']}.npy"
+    a = np.load(folder / name)
+    if len(a):
+        a[-1] = 10 ** 9
+    else:  # a trace without instants: one made up
+        a = np.array([10 ** 9], dtype=a.dtype)
+    np.save(folder / name, a)
+    _resum(manifest, folder, name)
+
+
 def _unknown_kind(manifest: dict, folder: Path) -> None:
     manifest["spec"]["slices"]["d"] = "Popen"
 
@@ -510,8 +531,9 @@ def _offsets_that_do_not_fit(manifest: dict, folder: Path) -> None:
     _resum(manifest, folder, name)
 
 
-@pytest.mark.parametrize("damage", [_slices_past_the_table, _unknown_kind, _a_path_for_a_file, _flipped_array,
-                                    _offsets_that_do_not_fit], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("damage", [_slices_past_the_table, _track_rows_that_do_not_fit, _instants_past_the_table,
+                                    _unknown_kind, _a_path_for_a_file, _flipped_array, _offsets_that_do_not_fit],
+                         ids=lambda f: f.__name__.strip("_"))
 def test_damaged_prepared_state_is_dropped_and_prepared_again(tmp_path, damage, caplog):
     require_corpus()
     path = next(p for p in chrome_traces() if "flow" in p.name)  # catapult's flows: a flow binding is kept
@@ -519,6 +541,7 @@ def test_damaged_prepared_state_is_dropped_and_prepared_again(tmp_path, damage, 
     parsed = index_file(path)
     store.save(parsed)
     expected = reduced(parsed, 2)
+    prepare_window_index(parsed.table)  # kept too (a server makes it in the background)
     assert parsed.prepared.flow_binding is not None and parsed.prepared.flow_binding.segments
     assert store.save_prepared(parsed)
     folder = stored_folder(store, path)

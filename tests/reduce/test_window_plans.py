@@ -429,3 +429,16 @@ def test_a_windows_counter_samples_found_from_the_samples_side_are_those_each_ev
     rows, sampled = plan._samples_of(ce, pts)
     assert rows.dtype == np.int64 and np.array_equal(rows, want)
     assert np.array_equal(sampled, hi > lo)
+
+
+def test_each_track_s_rows_of_the_slice_order_are_where_a_search_finds_them(oracle_tables) -> None:
+    """`shared._Static.track_rows` (prepared once, kept with the state): track k's slices
+    are rows track_rows[k]:track_rows[k + 1] of the slice order, as a search of the tracks
+    through the order finds them (what a window's plan did each time)."""
+    for name, t in oracle_tables:
+        sl = slices_of(t)
+        st = shared._static(t, sl)
+        track = np.asarray(sl.track)[np.asarray(st.slice_order)]
+        want = np.searchsorted(track, np.arange(len(t.tracks) + 1), "left")
+        assert np.array_equal(np.asarray(st.track_rows)[:len(t.tracks) + 1], want), name
+        assert int(st.track_rows[-1]) == len(sl), name
