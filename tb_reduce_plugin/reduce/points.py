@@ -96,14 +96,22 @@ def first_instants_by_time(t: EventTable, inst: np.ndarray, bk: _Buckets, pid_of
     them all by five keys (a whole view of the 8 GiB Kineto trace: its 2.2 M instants, ~0.1 s)."""
     inst = np.asarray(inst, dtype=np.int64)
     native = scanner_module()
+    tracks = max(len(t.tracks), 1)
     if native is not None and len(inst):
         kind = np.asarray(t.scope[inst]).astype(np.int64)
-        track = np.asarray(t.track[inst]).astype(np.int64)
-        tracks = max(len(t.tracks), 1)
-        who = np.where(kind == SCOPE_GLOBAL, 0, np.where(kind == SCOPE_PROCESS, pid_of_track[track], track))
-        out = np.empty(len(inst), dtype=np.int64)
-        k = native.firsts_by_key(kind * tracks + who, bk.of(np.asarray(t.ts[inst])).astype(np.int64),
-                                 (int(kind.max()) + 1) * tracks, out)
-        if k >= 0:
-            return np.sort(inst[out[:k]])
+        nkeys = (int(kind.max()) + 1) * tracks
+        if nkeys <= _KEYS_PER_INSTANT * len(inst) + _KEYS_MIN:
+            track = np.asarray(t.track[inst]).astype(np.int64)
+            who = np.where(kind == SCOPE_GLOBAL, 0, np.where(kind == SCOPE_PROCESS, pid_of_track[track], track))
+            out = np.empty(len(inst), dtype=np.int64)
+            k = native.firsts_by_key(kind * tracks + who, bk.of(np.asarray(t.ts[inst])).astype(np.int64), nkeys,
+                                     out)
+            if k >= 0:
+                return np.sort(inst[out[:k]])
     return np.sort(_first_instants(t, inst, bk, pid_of_track))
+
+
+# `first_instants_by_time`'s native pass keeps 8 B a (scope, who): used while those are at most
+# this many an instant, plus a few (a trace of millions of threads and few instants sorts them).
+_KEYS_PER_INSTANT = 2
+_KEYS_MIN = 1 << 16

@@ -85,3 +85,35 @@ def test_the_native_firsts_by_key_refuse_what_they_cannot_find(monkeypatch) -> N
     assert out[:3].tolist() == [0, 1, 3]
     with pytest.raises(ValueError):
         mod.firsts_by_key(np.array([0, 1]), np.array([0]), 2, out)
+
+
+def test_a_trace_of_more_scopes_than_its_instants_can_pay_for_sorts_them(oracle_tables, monkeypatch) -> None:
+    """The native pass keeps 8 B a (scope, who): past its bound (a trace of millions of
+    threads and few instants) the instants are sorted, never a table of every thread."""
+    if not available():
+        pytest.skip("the native extension is not built here")
+    monkeypatch.setenv("TB_REDUCE_NATIVE", "1")
+    monkeypatch.setattr(points, "_KEYS_PER_INSTANT", 0)
+    monkeypatch.setattr(points, "_KEYS_MIN", 0)
+    called = []
+    module = points.scanner_module()
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(module, name)
+
+        def firsts_by_key(self, *args):
+            called.append(1)
+            return module.firsts_by_key(*args)
+
+    monkeypatch.setattr(points, "scanner_module", lambda: Spy())
+    for name, t in oracle_tables:
+        if points.instant_count(t) == 0:
+            continue
+        wi = plan.prepare_window_index(t)
+        d0, d1 = default_window(t)
+        bk = _Buckets(d0, max(d1, d0 + 1e-3), 100)
+        inst = wi.instants_within(t, d0, d1)
+        got = points.first_instants_by_time(t, inst, bk, t.track_pid())
+        assert np.array_equal(got, np.sort(points._first_instants(t, inst, bk, t.track_pid()))), name
+    assert not called
