@@ -55,9 +55,9 @@ _EXP_LOW, _EXP_HIGH = -40, 1100
 TIERS = _EXP_HIGH - _EXP_LOW + 2
 
 # What making the index holds at its peak: with a scratch folder, a chunk's work and the
-# sorts' samples (the rows go to files); in memory, the index itself (~33 B an event) and
-# the sorts' rows and work (~40 B a row).
-WINDOW_INDEX_BYTES_PER_EVENT = 80
+# sorts' samples (the rows go to files); in memory, the index itself (~33 B an event, and 8 B
+# more an instant: a trace of instants alone ~41) and the sorts' rows and work (~40 B a row).
+WINDOW_INDEX_BYTES_PER_EVENT = 88
 WINDOW_INDEX_SPILLED_BYTES_PER_EVENT = 2
 WINDOW_INDEX_BYTES_PER_CHUNK_ROW = 120
 
