@@ -81,27 +81,16 @@ class WindowIndex:
 
     def instants_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
         """The instants of `t` with t0 <= ts <= t1, in (ts, event) order."""
-        ts, inst = np.asarray(t.ts), np.asarray(self.instants)
-
-        def ts_at(rows: np.ndarray) -> np.ndarray:
-            return ts[inst[rows]]
-
-        a, b = int(search_by(ts_at, 0, len(inst), t0, "left")), int(search_by(ts_at, 0, len(inst), t1, "right"))
-        return inst[a:max(a, b)]
+        a, b = _run_in_time(t, self.instants, t0, t1)
+        return np.asarray(self.instants[a:b])
 
     def points_within(self, t: EventTable, t0: float, t1: float) -> np.ndarray:
         """The timed non-slice events of `t` with t0 <= ts <= t1, in event order."""
         a, b = self._point_run(t, t0, t1)
-        return np.sort(np.asarray(self.points[a:max(a, b)]))
+        return np.sort(np.asarray(self.points[a:b]))
 
     def _point_run(self, t: EventTable, t0: float, t1: float) -> tuple[int, int]:
-        ts, points = np.asarray(t.ts), np.asarray(self.points)  # plain views: no memmap per gather
-
-        def ts_at(rows: np.ndarray) -> np.ndarray:
-            return ts[points[rows]]
-
-        n = len(self.points)
-        return int(search_by(ts_at, 0, n, t0, "left")), int(search_by(ts_at, 0, n, t1, "right"))
+        return _run_in_time(t, self.points, t0, t1)
 
     def flow_rows(self, t: EventTable, track: int, queries: tuple) -> list[np.ndarray]:
         """For each (x, side) of `queries`, `np.searchsorted` of `x` among the times (NaN as
@@ -176,6 +165,19 @@ class WindowIndex:
         a = search_by(start_at, rows[k], rows[k + 1], reach, "left")
         b = search_by(start_at, rows[k], rows[k + 1], t1, side)
         return [(x, y) for x, y in zip(a.tolist(), b.tolist()) if y > x]
+
+
+def _run_in_time(t: EventTable, order: np.ndarray, t0: float, t1: float) -> tuple[int, int]:
+    """The rows a:b (a <= b) of `order` (events by (ts, event)) whose times lie in [t0, t1]:
+    two searches through the order."""
+    ts, rows_of = np.asarray(t.ts), np.asarray(order)  # plain views: no memmap per gather
+
+    def ts_at(rows: np.ndarray) -> np.ndarray:
+        return ts[rows_of[rows]]
+
+    n = len(rows_of)
+    a = int(search_by(ts_at, 0, n, t0, "left"))
+    return a, max(a, int(search_by(ts_at, 0, n, t1, "right")))
 
 
 def window_index_bytes(t: EventTable) -> int:
