@@ -9,6 +9,7 @@ comparison; a name clicked is searched. Screenshots go to /tmp/shots and test-ar
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
@@ -120,6 +121,18 @@ def test_both_runs_steps_overlaid_in_the_waveforms_look_right(server, browser) -
         save_shot(page, "compare-overlay-waveforms")
 
 
+def _frame_of(page, part: str, timeout_s: float = 30.0):
+    """The page's frame whose URL holds `part`, once it has one (polled: Playwright has no
+    wait for a frame's navigation by URL from the page)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = next((f for f in page.frames if part in f.url), None)
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"no frame at {part!r}: {[f.url for f in page.frames]}"
+        page.wait_for_timeout(50)
+
+
 def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one_zoom(server, browser) -> None:
     with checked_page(browser, height=1200) as page:
         open_view(page, server)
@@ -129,7 +142,7 @@ def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one
         page.wait_for_function("() => document.querySelector('[data-testid=stack]')?.dataset.ready === '1'",
                                timeout=30000)
         frame = page.frame_locator("[data-testid=stack-frame]")
-        inner = next(f for f in page.frames if "compact=1" in f.url)
+        inner = _frame_of(page, "compact=1")  # the frame may navigate to its page after the stack is ready
         wait_loaded(inner)
         mine = server.get_json(f"waveforms?{urlencode({'run': 'slow_matmul', 'host': HOST})}")[1]["steps"]
         base = server.get_json(f"waveforms?{urlencode({'run': 'base', 'host': HOST})}")[1]["steps"]
@@ -167,8 +180,9 @@ def test_a_trace_against_an_earlier_range_of_its_own_steps(server, browser) -> N
         page.fill("[data-testid=compare-base-steps]", "2:5")
         page.fill("[data-testid=compare-steps]", "9:13")
         page.press("[data-testid=compare-steps]", "Enter")
-        page.wait_for_function("() => document.querySelector('[data-testid=compare-sides]')"
-                               "?.textContent.includes('4 steps, 2 to 5')", timeout=30000)
+        # the baseline's range is compared as soon as it is typed: wait for both ranges' answer
+        page.wait_for_function("() => ['4 steps, 2 to 5', '5 steps, 9 to 13'].every(t => document.querySelector("
+                               "'[data-testid=compare-sides]')?.textContent.includes(t))", timeout=30000)
         sides = page.locator("[data-testid=compare-sides]").inner_text()
         assert "5 steps, 9 to 13" in sides and sides.count("slow_matmul") == 2
         q = parse_qs(urlparse(page.get_attribute("[data-testid=share-link]", "href")).query)
