@@ -9,7 +9,6 @@ comparison; a name clicked is searched. Screenshots go to /tmp/shots and test-ar
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
@@ -121,16 +120,14 @@ def test_both_runs_steps_overlaid_in_the_waveforms_look_right(server, browser) -
         save_shot(page, "compare-overlay-waveforms")
 
 
-def _frame_of(page, part: str, timeout_s: float = 30.0):
-    """The page's frame whose URL holds `part`, once it has one (polled: Playwright has no
-    wait for a frame's navigation by URL from the page)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = next((f for f in page.frames if part in f.url), None)
-        if found is not None:
-            return found
-        assert time.monotonic() < deadline, f"no frame at {part!r}: {[f.url for f in page.frames]}"
-        page.wait_for_timeout(50)
+def _stacked_frame(page):
+    """The stacked baseline's frame, by its element, not its URL: the dashboard inside rewrites
+    its own address to the view's share link (dropping `compact=1`) as soon as it shows one, so
+    a search by URL races that rewrite."""
+    frame = page.query_selector("[data-testid=stack-frame]").content_frame()
+    assert frame is not None
+    frame.wait_for_function("() => window.tbReduceDashboard && window.tbReduceDashboard.timeline", timeout=30000)
+    return frame
 
 
 def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one_zoom(server, browser) -> None:
@@ -142,7 +139,7 @@ def test_the_baselines_timeline_stacks_under_this_one_aligned_at_a_step_with_one
         page.wait_for_function("() => document.querySelector('[data-testid=stack]')?.dataset.ready === '1'",
                                timeout=30000)
         frame = page.frame_locator("[data-testid=stack-frame]")
-        inner = _frame_of(page, "compact=1")  # the frame may navigate to its page after the stack is ready
+        inner = _stacked_frame(page)
         wait_loaded(inner)
         mine = server.get_json(f"waveforms?{urlencode({'run': 'slow_matmul', 'host': HOST})}")[1]["steps"]
         base = server.get_json(f"waveforms?{urlencode({'run': 'base', 'host': HOST})}")[1]["steps"]
