@@ -175,16 +175,16 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         return np.zeros(0, dtype=np.int64)
     near = np.sort(np.concatenate(found))
     key = np.asarray(t.flow_key[near])
-    keys, inv, count = np.unique(key, return_inverse=True, return_counts=True)
-    whole = (count == wi.flow_size[keys])[inv]  # flows with every event in the span
-    ev, code = near[whole], inv[whole]
+    code, ncodes, count = _key_codes(key)
+    whole = count[code] == wi.flow_size[key]  # flows with every event in the span
+    ev, code = near[whole], code[whole]
     if len(ev) == 0:
         return ev.astype(np.int64)
     row = np.asarray(wi.flow_row[np.searchsorted(fb.fidx, ev)])
     seg_lo = np.array([seg.lo_f for seg in fb.segments] + [np.iinfo(np.int64).max], dtype=np.int64)
     seg_of = np.searchsorted(seg_lo, row, "right") - 1
     ok = np.zeros(len(ev), dtype=bool)
-    for s in np.unique(seg_of[seg_of >= 0]).tolist():
+    for s in np.flatnonzero(np.bincount(seg_of[seg_of >= 0], minlength=len(fb.segments))).tolist():
         seg = fb.segments[s]
         at = np.flatnonzero(seg_of == s)
         r = row[at] - seg.lo_f
@@ -195,25 +195,41 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         a, b = np.searchsorted(k_track, int(t.track[ev[at[0]]]), "left"), \
             np.searchsorted(k_track, int(t.track[ev[at[0]]]), "right")
         starts, run_end = k_start[a:b], np.maximum.accumulate(k_end[a:b]) if b > a else k_end[a:b]
-        pc = np.asarray(seg.pc[r])
-        ts, tl = _segment_times(t, fb, seg, r)
-        direct = np.asarray(seg.direct[r]) & kept_slice[np.asarray(fb.order[seg.a + pc])]
-        q = np.searchsorted(starts, ts + tl, "right") - 1
-        between = np.asarray(seg.between[r]) & (q >= 0)
-        if len(starts):
-            between &= run_end[np.maximum(q, 0)] >= ts - tl
-        lo_n, hi_n = np.asarray(seg.lo_next[r]), np.asarray(seg.hi_next[r])
-        nxt = hi_n > lo_n
-        if nxt.any() and len(starts):
-            s_lo = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(nxt, lo_n, 0)])])
-            s_hi = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(nxt, hi_n - 1, 0)])])
-            nxt &= np.searchsorted(starts, s_lo, "left") < np.searchsorted(starts, s_hi, "right")
-        else:
-            nxt[:] = False
-        ok[at] = np.where(np.asarray(seg.enclosing[r]), direct | between, nxt)
-    bad = np.zeros(len(keys), dtype=bool)  # flows with an event not bound to a kept slice, by their code
+        enclosing = np.asarray(seg.enclosing[r])
+        # bound to an enclosing slice: that slice kept (direct), or, in none, within a run of kept ones
+        bound = np.asarray(seg.direct[r]) & kept_slice[np.asarray(fb.order[seg.a + np.asarray(seg.pc[r])])]
+        between = np.flatnonzero(np.asarray(seg.between[r]) & enclosing)  # (direct and between exclude each other)
+        if len(between) and len(starts):
+            ts, tl = _segment_times(t, fb, seg, r[between])
+            q = np.searchsorted(starts, ts + tl, "right") - 1
+            bound[between] |= (q >= 0) & (run_end[np.maximum(q, 0)] >= ts - tl)
+        bound &= enclosing
+        nxt = np.flatnonzero(~enclosing)  # bound to the next slice: some kept among its candidates
+        if len(nxt) and len(starts):
+            lo_n, hi_n = np.asarray(seg.lo_next[r[nxt]]), np.asarray(seg.hi_next[r[nxt]])
+            some = hi_n > lo_n
+            s_lo = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(some, lo_n, 0)])])
+            s_hi = np.asarray(sl.start[np.asarray(fb.order[seg.a + np.where(some, hi_n - 1, 0)])])
+            bound[nxt] = some & (np.searchsorted(starts, s_lo, "left") < np.searchsorted(starts, s_hi, "right"))
+        ok[at] = bound
+    bad = np.zeros(ncodes, dtype=bool)  # flows with an event not bound to a kept slice, by their code
     bad[code[~ok]] = True
     return ev[~bad[code]]
+
+
+def _key_codes(key: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """Each key's code (equal keys, equal codes; 0 .. ncodes-1), ncodes, and how many of
+    `key` have each code. Counted over the keys' span where it is at most a few times their
+    number (a window's flow keys mostly are: flows are numbered as they first appear), else
+    by `np.unique`'s sort: a 10 % window of an 8 GiB trace sorted its 357 k keys, ~10 ms."""
+    if len(key) == 0:
+        return np.zeros(0, dtype=np.int64), 0, np.zeros(0, dtype=np.int64)
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo < 4 * len(key) + (1 << 16):
+        code = key.astype(np.int64) - lo
+        return code, hi - lo + 1, np.bincount(code, minlength=hi - lo + 1)
+    _, code, count = np.unique(key, return_inverse=True, return_counts=True)
+    return code.reshape(-1), len(count), count
 
 
 @dataclass

@@ -442,3 +442,88 @@ def test_each_track_s_rows_of_the_slice_order_are_where_a_search_finds_them(orac
         want = np.searchsorted(track, np.arange(len(t.tracks) + 1), "left")
         assert np.array_equal(np.asarray(st.track_rows)[:len(t.tracks) + 1], want), name
         assert int(st.track_rows[-1]) == len(sl), name
+
+
+def _random_flow_trace(rng) -> list[dict]:
+    """Slices nested and overlapping on four tracks, gaps between them, and flows whose ends
+    land inside slices, between them (after a slice, in none) and before the next one (an
+    end without `bp: e`), so every binding a flow event can have is met in a window."""
+    events = []
+    for tid in range(1, 5):
+        at = 0.0
+        for _ in range(int(rng.integers(5, 25))):
+            at += float(rng.exponential(30))
+            dur = float(rng.exponential(40))
+            events.append({"ph": "X", "name": f"n{int(rng.integers(0, 6))}", "pid": 1, "tid": tid,
+                           "ts": round(at, 3), "dur": round(dur, 3)})
+            if rng.random() < 0.5:  # a child inside it
+                events.append({"ph": "X", "name": "child", "pid": 1, "tid": tid,
+                               "ts": round(at + dur * 0.25, 3), "dur": round(dur * 0.5, 3)})
+    span = max(e["ts"] + e["dur"] for e in events)
+    for i in range(int(rng.integers(10, 60))):
+        f = {"ph": "f", "id": i, "name": "fl", "cat": "c", "pid": 1, "tid": int(rng.integers(1, 5)),
+             "ts": round(float(rng.uniform(0, span)), 3)}
+        if rng.random() < 0.5:
+            f["bp"] = "e"
+        events += [{"ph": "s", "id": i, "name": "fl", "cat": "c", "pid": 1, "tid": int(rng.integers(1, 5)),
+                    "ts": round(float(rng.uniform(0, span)), 3)}, f]
+        if rng.random() < 0.3:  # a step between
+            events.append({"ph": "t", "id": i, "name": "fl", "cat": "c", "pid": 1, "tid": int(rng.integers(1, 5)),
+                           "ts": round(float(rng.uniform(0, span)), 3)})
+    return events
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_flows_in_random_windows_are_kept_as_the_whole_table_keeps_them(tmp_path, seed) -> None:
+    """Flows bound every way (enclosing slice kept or not, between slices within a kept
+    slice's run, to a next slice near or far) in random windows at every level: the window
+    path keeps what the whole table keeps, and some flows are kept."""
+    from oracle_traces import write_trace
+
+    from tb_reduce_plugin.reduce.pipeline import index_file
+
+    rng = np.random.default_rng(seed)
+    t = index_file(write_trace(tmp_path / "flows.json.gz", _random_flow_trace(rng))).table
+    plan.prepare_window_index(t)
+    d0, d1 = default_window(t)
+    kept = 0
+    for _ in range(8):
+        a, b = np.sort(rng.uniform(d0 - 10, d1 + 10, 2))
+        if not b - a >= 1e-3:
+            continue
+        for level, resolution in ((0, None), (1, 7), (2, 13), (3, None), (4, 5)):
+            fast = plan_within(t, level, float(a), float(b), resolution=resolution)
+            slow = _whole(t, level, float(a), float(b), resolution=resolution)
+            _same(fast, slow, f"seed {seed} ({a}, {b}) level {level}")
+            if level:
+                kept += int(np.count_nonzero(np.asarray(t.flow_key)[fast.keep] >= 0))
+    assert kept > 0  # some flows bound to kept slices, at a level that drops others
+
+
+@pytest.mark.parametrize("queries", [1, 3, 400, 5000])
+def test_a_tracks_flow_rows_are_where_a_search_of_its_flow_times_finds_them(tmp_path, queries) -> None:
+    """`WindowIndex.flow_rows`: a few queries over many flow events searched one by one, many
+    read the times between them once; either way `np.searchsorted` over the track's flow
+    times, both sides, queries within, before and past them, repeats included."""
+    from oracle_traces import write_trace
+
+    from tb_reduce_plugin.reduce.pipeline import index_file
+
+    rng = np.random.default_rng(queries)
+    times = np.round(np.sort(rng.uniform(0, 1000, 3000)), 1)  # repeats
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for i, ts in enumerate(times.tolist()):
+        events.append({"ph": "s" if i % 2 == 0 else "f", "id": i // 2, "name": "f", "cat": "c", "pid": 1,
+                       "tid": 1 + i % 2, "ts": ts})
+    t = index_file(write_trace(tmp_path / "flows.json.gz", events)).table
+    wi = plan.prepare_window_index(t)
+    for track in range(len(t.tracks)):
+        r0, r1 = int(wi.flow_tracks[track]), int(wi.flow_tracks[track + 1])
+        if r1 == r0:
+            continue
+        mine = np.asarray(t.ts)[np.asarray(wi.flow_event[r0:r1])]
+        lo = np.sort(rng.choice(np.r_[mine, rng.uniform(-50, 1050, 50)], queries))
+        hi = lo + np.where(rng.random(queries) < 0.5, 0.0, rng.uniform(0, 600, queries))  # some on a time
+        a, b = wi.flow_rows(t, track, ((lo, "left"), (hi, "right")))
+        assert np.array_equal(a, np.searchsorted(mine, lo, "left"))
+        assert np.array_equal(b, np.searchsorted(mine, hi, "right"))
