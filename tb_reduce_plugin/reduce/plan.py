@@ -383,7 +383,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     if order is None:
         order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow, runs)
+    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow, runs, all_overlap=True)
     ks = ov[kept_slice[ov]]
     kp = sl.partner[ks]
     rows, sampled = _samples_of(np.asarray(t.counter_event), pts)
