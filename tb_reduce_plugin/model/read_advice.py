@@ -175,6 +175,29 @@ def cold(a: np.ndarray, rows: np.ndarray, sample: int = 16) -> bool:
     return False
 
 
+def in_memory(a: np.ndarray, row: int) -> bool:
+    """Whether the page of the mapped 1-d array `a` holding `a[row]` is in memory (True where
+    `a` is not mapped or nothing can tell): one `mincore`, for a search's look at its first
+    step (`sorting.KeysThrough`), cheaper than `cold`'s sample."""
+    if _libc is None or a.ndim != 1 or not 0 <= row < len(a) or _mapping(a) is None:
+        return True
+    vec = np.zeros(1, dtype=np.uint8)
+    page = (row * a.strides[0] + a.ctypes.data) // _PAGE
+    return _libc.mincore(page * _PAGE, _PAGE, vec.ctypes.data) != 0 or bool(vec[0] & 1)
+
+
+def ask_for(a: np.ndarray, rows: np.ndarray) -> None:
+    """Ask the kernel for the pages of the mapped 1-d array `a` that hold `a[rows]`, a call
+    a page, without looking which are in memory first (`will_need` does, for a window's many
+    rows): for the few rows of a search's step, found `cold` already, whose gather would
+    otherwise wait for one page after another. Nothing where `a` is not mapped."""
+    if _libc is None or not len(rows) or a.ndim != 1 or not a.nbytes or _mapping(a) is None:
+        return
+    pages = np.unique((np.asarray(rows, dtype=np.int64) * a.strides[0] + a.ctypes.data) // _PAGE)
+    for page in pages.tolist():
+        _libc.madvise(page * _PAGE, _PAGE, MADV_WILLNEED)
+
+
 def advised_random() -> int:
     """How many mapped ranges are advised random now (for tests)."""
     with _lock:

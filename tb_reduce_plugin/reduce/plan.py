@@ -27,7 +27,7 @@ from ..index.prepared import prepared_of
 from ..model.mapped import spilling_strictly
 from ..model.read_advice import cold, random_reads, will_need
 from ..model.slices import SliceTable
-from ..model.sorting import sample_bytes, search_by
+from ..model.sorting import KeysThrough, sample_bytes, search_by
 from ..model.table import PH_B, PH_C, PH_E, PH_M, PH_X, EventTable, ph_in, time_span
 from ..native import scanner_module
 from ..scan_pieces import usable_cores
@@ -412,14 +412,11 @@ def _window_slices(t: EventTable, sl: SliceTable, wi: WindowIndex, t0: float, t1
     if tracks > WINDOW_ORDER_MAX_TRACKS or len(sl) >= 1 << 62:
         return wi.slices_overlapping(sl, t0, t1), None, None
     st = _static(t, sl)
-    so, start = np.asarray(st.slice_order), np.asarray(sl.start)
-
-    def start_at(rows: np.ndarray) -> np.ndarray:
-        return start[so[rows]]
-
+    so = np.asarray(st.slice_order)
     bounds = np.asarray(st.track_rows)[:tracks + 1]  # each track's run of the order (prepared)
-    lo = search_by(start_at, bounds[:-1], bounds[1:], t0, "left")
-    hi = search_by(start_at, bounds[:-1], bounds[1:], t1, "right")
+    lohi = search_by(KeysThrough(sl.start, st.slice_order), np.tile(bounds[:-1], 2), np.tile(bounds[1:], 2),
+                     np.repeat([t0, t1], tracks), np.repeat([False, True], tracks))  # both ends step together
+    lo, hi = lohi[:tracks], lohi[tracks:]
     strad = wi.straddlers(sl, t0)
     strad = strad[np.lexsort((sl.event[strad], sl.start[strad], sl.track[strad]))]
     cut = np.searchsorted(np.asarray(sl.track[strad]), np.arange(tracks + 1), "left")

@@ -45,7 +45,7 @@ import numpy as np
 from ..index.prepared import prepared_of
 from ..model.mapped import Appended, scratch_array, spill
 from ..model.slices import SliceTable
-from ..model.sorting import order_by, sample_bytes, search_by
+from ..model.sorting import KeysThrough, order_by, sample_bytes, search_by
 from ..model.table import INSTANT_PHASES, PH_B, PH_E, PH_X, EventTable, ph_in
 
 CHUNK_ROWS = 1 << 19
@@ -101,17 +101,12 @@ class WindowIndex:
         where the queries are few against those rows, each bisected there (a 10 % window of
         an 8 GiB trace read ~150 k flow times of one track for a few hundred kept slices)."""
         r0, r1 = int(self.flow_tracks[track]), int(self.flow_tracks[track + 1])
-        all_ts, events = np.asarray(t.ts), np.asarray(self.flow_event)
-
-        def ts_at(rows: np.ndarray) -> np.ndarray:
-            ts = all_ts[events[rows]]
-            return np.where(np.isnan(ts), np.inf, ts)
-
+        ts_at = KeysThrough(t.ts, self.flow_event, nan_as_inf=True)
         xs = [np.asarray(x, dtype=np.float64) for x, _ in queries]
         if not all(len(x) for x in xs) or any(np.isnan(x).any() for x in xs):
             return [search_by(ts_at, r0, r1, x, side) - r0 for x, (_, side) in zip(xs, queries)]
-        a = int(search_by(ts_at, r0, r1, min(float(x.min()) for x in xs), "left"))
-        b = int(search_by(ts_at, a, r1, max(float(x.max()) for x in xs), "right"))
+        a, b = search_by(ts_at, r0, r1, [min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)],
+                         [False, True]).tolist()  # both ends at once (b >= a: its search from r0 finds the same)
         if sum(len(x) for x in xs) * 4 * max(1, (b - a).bit_length()) < b - a:  # a few queries over many rows
             return [search_by(ts_at, a, b, x, side) - r0 for x, (_, side) in zip(xs, queries)]
         times = ts_at(np.arange(a, b))
@@ -161,27 +156,18 @@ class WindowIndex:
         with np.errstate(invalid="ignore", over="ignore"):
             reach = np.where(np.isfinite(extent), t0 - extent - (abs(t0) + extent) * 1e-12 - 1e-9, -np.inf)
 
-        starts, order = np.asarray(sl.start), np.asarray(self.tier_order)
-
-        def start_at(r: np.ndarray) -> np.ndarray:
-            return starts[order[r]]
-
-        a = search_by(start_at, rows[k], rows[k + 1], reach, "left")
-        b = search_by(start_at, rows[k], rows[k + 1], t1, side)
-        return [(x, y) for x, y in zip(a.tolist(), b.tolist()) if y > x]
+        start_at = KeysThrough(sl.start, self.tier_order)
+        m = len(k)  # every tier's two searches step together
+        ab = search_by(start_at, np.tile(rows[k], 2), np.tile(rows[k + 1], 2), np.concatenate((reach, np.full(m, t1))),
+                       np.repeat([False, side == "right"], m))
+        return [(x, y) for x, y in zip(ab[:m].tolist(), ab[m:].tolist()) if y > x]
 
 
 def _run_in_time(t: EventTable, order: np.ndarray, t0: float, t1: float) -> tuple[int, int]:
     """The rows a:b (a <= b) of `order` (events by (ts, event)) whose times lie in [t0, t1]:
     two searches through the order."""
-    ts, rows_of = np.asarray(t.ts), np.asarray(order)  # plain views: no memmap per gather
-
-    def ts_at(rows: np.ndarray) -> np.ndarray:
-        return ts[rows_of[rows]]
-
-    n = len(rows_of)
-    a = int(search_by(ts_at, 0, n, t0, "left"))
-    return a, max(a, int(search_by(ts_at, 0, n, t1, "right")))
+    a, b = search_by(KeysThrough(t.ts, order), 0, len(order), [t0, t1], [False, True]).tolist()  # at once
+    return a, max(a, b)
 
 
 def window_index_bytes(t: EventTable) -> int:
