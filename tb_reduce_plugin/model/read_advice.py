@@ -189,7 +189,7 @@ def in_memory(a: np.ndarray, row: int) -> bool:
 def ask_for(a: np.ndarray, rows: np.ndarray) -> None:
     """Ask the kernel for the pages of the mapped 1-d array `a` that hold `a[rows]`, a call
     a page, without looking which are in memory first (`will_need` does, for a window's many
-    rows): for the few rows of a search's step, found `cold` already, whose gather would
+    rows): for the few rows of a search's step, found out of memory (`in_memory`), whose gather would
     otherwise wait for one page after another. Nothing where `a` is not mapped."""
     if _libc is None or not len(rows) or a.ndim != 1 or not a.nbytes or _mapping(a) is None:
         return
