@@ -2047,7 +2047,8 @@ PyDoc_STRVAR(select_slices_doc,
 "select_slices(order, order_width, overlaps, kept, want, start, end, name, name_width,\n"
 "              out_row, out_start, out_end, out_name) -> int\n\n"
 "The rows of `order` (int32 or int64 by `order_width`: a run of the slice order) whose\n"
-"`overlaps` flag is set and whose `kept` flag equals `want` (uint8 flags, one a slice),\n"
+"`overlaps` flag is set (empty `overlaps`: every row overlaps, a window's own slices) and\n"
+"whose `kept` flag equals `want` (uint8 flags, one a slice),\n"
 "in order: each row (int64), its start and end (float64 `start`, `end`) and, with\n"
 "`name_width` 2, 4 or 8, its name (int16/32/64 `name`, written as int64; 0: `name` and\n"
 "`out_name` are not read). What `summaries._reduce_slices` reads of a chunk, in one pass\n"
@@ -2063,8 +2064,9 @@ static PyObject *select_slices(PyObject *mod, PyObject *args) {
                           &oe, &on))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t nsl = bov.len, n = (ow == 4 || ow == 8) ? bo.len / ow : 0;
-    if ((ow != 4 && ow != 8) || bo.len % ow || bk.len != nsl || bs.len != 8 * nsl || be.len != 8 * nsl ||
+    Py_ssize_t nsl = bk.len, n = (ow == 4 || ow == 8) ? bo.len / ow : 0;
+    int every = bov.len == 0; /* no overlap flags: every row of `order` overlaps */
+    if ((ow != 4 && ow != 8) || bo.len % ow || (!every && bov.len != nsl) || bs.len != 8 * nsl || be.len != 8 * nsl ||
         (nw != 0 && nw != 2 && nw != 4 && nw != 8) || (nw && bn.len != nw * nsl) || oi.len < 8 * n || os.len < 8 * n ||
         oe.len < 8 * n || (nw && on.len < 8 * n)) {
         PyErr_SetString(PyExc_ValueError, "select_slices: arrays do not match");
@@ -2088,7 +2090,7 @@ static PyObject *select_slices(PyObject *mod, PyObject *args) {
             k = -1;
             break;
         }
-        if (!ov[row] || (kept[row] != 0) != w) continue;
+        if ((!every && !ov[row]) || (kept[row] != 0) != w) continue;
         out_row[k] = row;
         out_s[k] = start[row];
         out_e[k] = end[row];

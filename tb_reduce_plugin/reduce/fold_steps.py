@@ -82,19 +82,22 @@ def fold_cuts(ss: np.ndarray, se: np.ndarray, bounds: np.ndarray, bk: Any,
     return new, part, end
 
 
-def select_slices(order: np.ndarray, overlaps: np.ndarray, kept: np.ndarray, want: bool, start: np.ndarray,
-                  end: np.ndarray, name: Optional[np.ndarray] = None) -> tuple[np.ndarray, ...]:
-    """The rows of `order` (a run of the slice order) that overlap the window and whose kept
-    flag is `want`, in order, with their starts and ends (and names, as int64, when `name`
-    is given): what the fold reads of a chunk. In numpy a boolean gather, a mask and a
-    gather a column, each a temporary; natively one pass (`_scan.select_slices`)."""
+def select_slices(order: np.ndarray, overlaps: Optional[np.ndarray], kept: np.ndarray, want: bool,
+                  start: np.ndarray, end: np.ndarray, name: Optional[np.ndarray] = None) -> tuple[np.ndarray, ...]:
+    """The rows of `order` (a run of the slice order) that overlap the window (all of them
+    where `overlaps` is None: a window's plan reads its own slices) and whose kept flag is
+    `want`, in order, with their starts and ends (and names, as int64, when `name` is
+    given): what the fold reads of a chunk. In numpy a boolean gather, a mask and a gather a
+    column, each a temporary; natively one pass (`_scan.select_slices`)."""
     native = scanner_module()
-    if native is not None and len(order) and order.dtype in (np.int32, np.int64) and overlaps.dtype == np.bool_ \
-            and kept.dtype == np.bool_ and (name is None or name.dtype in (np.int16, np.int32, np.int64)):
+    if native is not None and len(order) and order.dtype in (np.int32, np.int64) \
+            and (overlaps is None or overlaps.dtype == np.bool_) and kept.dtype == np.bool_ \
+            and (name is None or name.dtype in (np.int16, np.int32, np.int64)):
         n = len(order)
         row, s, e = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n)
         nm = np.empty(n if name is not None else 0, dtype=np.int64)
-        k = native.select_slices(_c(order), order.dtype.itemsize, _c(overlaps).view(np.uint8),
+        k = native.select_slices(_c(order), order.dtype.itemsize,
+                                 b"" if overlaps is None else _c(overlaps).view(np.uint8),
                                  _c(kept).view(np.uint8), want, _f64(start), _f64(end),
                                  b"" if name is None else _c(name), 0 if name is None else name.dtype.itemsize,
                                  row, s, e, nm)
@@ -102,7 +105,8 @@ def select_slices(order: np.ndarray, overlaps: np.ndarray, kept: np.ndarray, wan
             out = (row[:k], s[:k], e[:k])
             return out if name is None else out + (nm[:k],)
     idx = np.asarray(order)
-    idx = idx[overlaps[idx]]
+    if overlaps is not None:
+        idx = idx[overlaps[idx]]
     idx = idx[kept[idx] == want].astype(np.int64)
     out = (idx, np.asarray(start[idx], dtype=np.float64), np.asarray(end[idx], dtype=np.float64))
     return out if name is None else out + (name[idx].astype(np.int64),)

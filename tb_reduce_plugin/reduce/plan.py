@@ -359,12 +359,12 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
             will_need(column, pts)
         for column in (sl.start, sl.end, sl.dur, sl.track, sl.name, sl.event, sl.partner):
             will_need(column, ov)
-    overlaps = np.zeros(len(sl), dtype=bool)
-    overlaps[ov] = True
     partner = sl.partner[ov]
     ph = np.asarray(t.ph[pts])
     parts = [np.asarray(wi.always)]
     if level == 0:
+        overlaps = np.zeros(len(sl), dtype=bool)  # read by the flows' binding, by slice
+        overlaps[ov] = True
         key = np.asarray(t.flow_key[pts])
         flow = key >= 0
         whole = ~flow  # flows are written whole: those with every event in the window...
@@ -383,7 +383,7 @@ def _plan_window(t: EventTable, wi: WindowIndex, level: int, t0: float, t1: floa
     bk = _Buckets(t0, t1, resolution or RESOLUTION[level])
     if order is None:
         order = ov[np.lexsort((sl.event[ov], sl.start[ov], sl.track[ov]))]  # the plans' slice order, of these
-    kept_slice, summaries = _reduce_slices(sl, overlaps, bk, name_rank(t), order, grow, runs, all_overlap=True)
+    kept_slice, summaries = _reduce_slices(sl, None, bk, name_rank(t), order, grow, runs)  # its own slices: all overlap
     ks = ov[kept_slice[ov]]
     kp = sl.partner[ks]
     rows, sampled = _samples_of(np.asarray(t.counter_event), pts)

@@ -105,7 +105,7 @@ def _both_ways(monkeypatch, fn):
 def test_a_chunk_s_slices_are_selected_the_same_natively_and_in_numpy(seed: int, monkeypatch) -> None:
     """`select_slices`: the overlapping rows of a run of the slice order whose kept flag is
     the one asked, with their times and names, in the run's order, whatever the widths of
-    the order and the names."""
+    the order and the names, and without overlap flags (a window's own slices)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 2000))
     start = rng.normal(0, 1e6, n)
@@ -114,10 +114,10 @@ def test_a_chunk_s_slices_are_selected_the_same_natively_and_in_numpy(seed: int,
     overlaps, kept = rng.random(n) < rng.random(), rng.random(n) < rng.random()
     order = rng.permutation(n)[:int(rng.integers(0, n + 1))].astype(rng.choice([np.int32, np.int64]))
     for want in (False, True):
-        for names in (None, name):
-            want_rows = [int(i) for i in order if overlaps[i] and kept[i] == want]
-            for got in _both_ways(monkeypatch, lambda w=want, nm=names: fold_steps.select_slices(
-                    order, overlaps, kept, w, start, end, nm)):
+        for names, flags in ((None, overlaps), (name, overlaps), (name, None)):  # None: every row overlaps
+            want_rows = [int(i) for i in order if (flags is None or flags[i]) and kept[i] == want]
+            for got in _both_ways(monkeypatch, lambda w=want, nm=names, f=flags: fold_steps.select_slices(
+                    order, f, kept, w, start, end, nm)):
                 assert got[0].dtype == np.int64 and got[0].tolist() == want_rows
                 assert got[1].tobytes() == start[want_rows].tobytes() and got[2].tobytes() == end[want_rows].tobytes()
                 assert len(got) == (3 if names is None else 4)
@@ -136,6 +136,10 @@ def test_a_row_outside_the_slices_is_refused_natively_and_raises_as_numpy_does(m
         assert mod.select_slices(np.array(bad, dtype=np.int64), 8, flags, flags, True, times, times, b"", 0, *out) == -1
     with pytest.raises(ValueError):  # arrays that do not match
         mod.select_slices(np.array([0], dtype=np.int64), 8, flags, flags[:2], True, times, times, b"", 0, *out)
+    with pytest.raises(ValueError):  # overlap flags, but not one a slice
+        mod.select_slices(np.array([0], dtype=np.int64), 8, flags[:2], flags, True, times, times, b"", 0, *out)
+    for bad in ([0, 3], [-1, 0]):  # without overlap flags, rows are still bounded by the slices
+        assert mod.select_slices(np.array(bad, dtype=np.int64), 8, b"", flags, True, times, times, b"", 0, *out) == -1
     with pytest.raises(IndexError):
         fold_steps.select_slices(np.array([0, 3]), np.ones(3, dtype=bool), np.ones(3, dtype=bool), True, times, times)
 
