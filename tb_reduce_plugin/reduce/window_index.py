@@ -108,7 +108,9 @@ class WindowIndex:
         a, b = search_by(ts_at, r0, r1, [min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)],
                          [False, True]).tolist()  # both ends at once (b >= a: its search from r0 finds the same)
         if sum(len(x) for x in xs) * 4 * max(1, (b - a).bit_length()) < b - a:  # a few queries over many rows
-            return [search_by(ts_at, a, b, x, side) - r0 for x, (_, side) in zip(xs, queries)]
+            found = search_by(ts_at, a, b, np.concatenate(xs), np.concatenate(
+                [np.full(len(x), side == "right") for x, (_, side) in zip(xs, queries)])) - r0  # stepping together
+            return np.split(found, np.cumsum([len(x) for x in xs])[:-1])
         times = ts_at(np.arange(a, b))
         return [a - r0 + np.searchsorted(times, x, side) for x, (_, side) in zip(xs, queries)]
 
