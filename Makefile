@@ -69,7 +69,7 @@ asan: venv
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	TB_REDUCE_SCAN_PATH=$(CURDIR)/$(ASAN_SO) TB_REDUCE_FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	$(PY) -m pytest -q -rs -p no:cacheprovider -n auto tests/test_native_scanner.py tests/test_native_fuzz.py tests/test_scan_pieces.py tests/formats/test_xspace_native.py \
-		tests/reduce/test_summary_json.py tests/reduce/test_fold_steps.py tests/reduce/test_points.py
+		tests/reduce/test_summary_json.py tests/reduce/test_fold_steps.py tests/reduce/test_points.py tests/model/test_search_through.py
 
 # A longer fuzzing run of the native scanner against the pure-Python path.
 fuzz: venv

@@ -2113,6 +2113,78 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(search_through_doc,
+"search_through(keys, order, order_width, lo, hi, x, right, nan_as_inf, steps) -> int\n\n"
+"At most `steps` steps of `sorting.search_by`'s bisection of each query through an order:\n"
+"query q looks for float64 x[q] among keys[order[lo[q]:hi[q]]] (float64 `keys`, `order` of\n"
+"int32 or int64 per `order_width`, sorted by key through it, NaN last), from the right where\n"
+"uint8 right[q] is set, and narrows int64 lo[q], hi[q] in place. A key that is NaN reads as\n"
+"inf where `nan_as_inf`. Returns how many queries are still open (lo < hi). Every lo, hi\n"
+"and row read is checked (ValueError, with lo and hi then not to be read).");
+
+static PyObject *search_through(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer bk, bo, bl, bh, bx, br;
+    int ow, nan_inf;
+    long long steps;
+    if (!PyArg_ParseTuple(args, "y*y*iw*w*y*y*pL", &bk, &bo, &ow, &bl, &bh, &bx, &br, &nan_inf, &steps)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t nk = bk.len / 8, no = (ow == 4 || ow == 8) ? bo.len / ow : 0, nq = bx.len / 8;
+    if ((ow != 4 && ow != 8) || bo.len % ow || bk.len % 8 || bx.len % 8 || bl.len != 8 * nq || bh.len != 8 * nq ||
+        br.len != nq || steps < 0) {
+        PyErr_SetString(PyExc_ValueError, "search_through: arrays do not match");
+        goto done;
+    }
+    const double *keys = bk.buf, *xs = bx.buf;
+    const int32_t *o32 = bo.buf;
+    const int64_t *o64 = bo.buf;
+    const uint8_t *right = br.buf;
+    int64_t *lo = bl.buf, *hi = bh.buf;
+    Py_ssize_t open = 0;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t q = 0; q < nq && !bad; q++) {
+        int64_t a = lo[q], b = hi[q];
+        if (a < 0 || b > (int64_t)no || a > b) {
+            bad = 1;
+            break;
+        }
+        double x = xs[q];
+        int x_nan = isnan(x), r = right[q] != 0;
+        for (long long s = 0; s < steps && a < b; s++) {
+            int64_t mid = a + ((b - a) >> 1);
+            int64_t row = ow == 4 ? (int64_t)o32[mid] : o64[mid];
+            if (row < 0 || row >= (int64_t)nk) {
+                bad = 1;
+                break;
+            }
+            double k = keys[row];
+            if (nan_inf && isnan(k)) k = INFINITY;
+            int below = r ? (x_nan || k <= x) : (x_nan ? !isnan(k) : k < x);
+            if (below)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        lo[q] = a;
+        hi[q] = b;
+        open += a < b;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "search_through: a span or a row lies outside its array");
+    else
+        result = PyLong_FromSsize_t(open);
+done:
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bl);
+    PyBuffer_Release(&bh);
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&br);
+    return result;
+}
+
 PyDoc_STRVAR(fold_groups_doc,
 "fold_groups(new, end, group, seg, seg_end) -> int\n\n"
 "The groups of one chunk of the fold from its cuts (uint8 `new`, slice 0 always opening\n"
@@ -2792,6 +2864,7 @@ static PyMethodDef module_methods[] = {
     {"name_counts", name_counts, METH_VARARGS, name_counts_doc},
     {"bounds_within", bounds_within, METH_VARARGS, bounds_within_doc},
     {"select_slices", select_slices, METH_VARARGS, select_slices_doc},
+    {"search_through", search_through, METH_VARARGS, search_through_doc},
     {"fold_groups", fold_groups, METH_VARARGS, fold_groups_doc},
     {"firsts_by_key", firsts_by_key, METH_VARARGS, firsts_by_key_doc},
     {"window_keep", window_keep, METH_VARARGS, window_keep_doc},

@@ -114,3 +114,69 @@ def test_in_memory_looks_at_the_one_page_of_a_mapped_row(tmp_path, monkeypatch) 
     assert not read_advice.in_memory(a, 50_000)
     assert looked == [((50_000 * 8 + a.ctypes.data) // read_advice._PAGE * read_advice._PAGE, read_advice._PAGE)]
     assert read_advice.in_memory(np.arange(10), 3) and read_advice.in_memory(a, 10 ** 6)  # not mapped; past it
+
+
+native_only = pytest.mark.skipif(sorting.scanner_module() is None, reason="the native scanner is not built")
+
+
+@native_only
+@pytest.mark.parametrize("width", [np.int32, np.int64])
+def test_native_steps_find_what_the_numpy_steps_find_for_either_order_width_and_nan_as_inf(monkeypatch, width) -> None:
+    rng = np.random.default_rng(17)
+    for trial in range(200):
+        n = int(rng.integers(0, 300))
+        keys, stored, order = _stored(rng, n)
+        order = order.astype(width)
+        m = int(rng.integers(1, 20))
+        lo = rng.integers(0, n + 1, m)
+        hi = np.array([int(rng.integers(a, n + 1)) for a in lo.tolist()], dtype=np.int64)
+        x = rng.choice(np.r_[np.round(rng.normal(size=8), 1), np.nan, np.inf, -np.inf, keys[:3]], m)
+        right = rng.random(m) < 0.5
+        for nan_as_inf in (False, True):
+            through = KeysThrough(stored, order, nan_as_inf=nan_as_inf)
+            assert through.stepper() is not None
+            native = search_by(through, lo, hi, x, right)
+            with monkeypatch.context() as m_:
+                m_.setenv("TB_REDUCE_NATIVE", "0")
+                assert through.stepper() is None
+                plain = search_by(through, lo, hi, x, right)
+            assert native.tolist() == plain.tolist(), (trial, nan_as_inf)
+            if not nan_as_inf:
+                want = [a + int(np.searchsorted(keys[a:b], v, "right" if r else "left"))
+                        for a, b, v, r in zip(lo.tolist(), hi.tolist(), x.tolist(), right.tolist())]
+                assert native.tolist() == want
+
+
+@native_only
+def test_a_search_found_cold_at_its_deep_look_goes_on_asking_from_where_the_native_steps_left_it(
+        tmp_path, monkeypatch) -> None:
+    rng = np.random.default_rng(23)
+    keys, stored, order = _stored(rng, 200_000, tmp_path)
+    looks, asked = [], []
+    monkeypatch.setattr(sorting, "in_memory", lambda a, row: looks.append(row) or len(looks) <= 2)  # warm at step 0 only
+    monkeypatch.setattr(sorting, "ask_for", lambda a, rows: asked.append(np.array(rows)))
+    x = np.sort(rng.normal(size=9))
+    got = search_by(KeysThrough(stored, order), 0, 200_000, x, "left")
+    assert np.array_equal(got, np.searchsorted(keys, x, "left"))
+    assert len(asked) >= 2 * 4  # asked from step 12 on, each step to the ~18th
+
+
+@native_only
+def test_native_steps_refuse_a_span_or_a_row_outside_their_arrays() -> None:
+    native = sorting.scanner_module()
+    keys, order = np.arange(10, dtype=np.float64), np.arange(10, dtype=np.int64)
+    x, right = np.array([3.0]), np.zeros(1, dtype=np.uint8)
+    for lo, hi in ((-1, 5), (0, 11), (6, 5)):
+        with pytest.raises(ValueError, match="outside"):
+            native.search_through(keys, order, 8, np.array([lo]), np.array([hi]), x, right, False, 64)
+    bad = order.copy()
+    bad[4] = 10  # the first step reads row 4 of the order
+    with pytest.raises(ValueError, match="outside"):
+        native.search_through(keys, bad, 8, np.array([0]), np.array([10]), x, right, False, 64)
+    with pytest.raises(ValueError, match="do not match"):
+        native.search_through(keys, order, 8, np.array([0, 0]), np.array([10]), x, right, False, 64)
+    with pytest.raises(ValueError, match="do not match"):
+        native.search_through(keys, order, 2, np.array([0]), np.array([10]), x, right, False, 64)
+    lo, hi = np.array([0]), np.array([10])
+    assert native.search_through(keys, order, 8, lo, hi, x, right, False, 2) == 1  # two steps: still open
+    assert (lo[0], hi[0]) == (3, 5)  # mids 5 (not below 3.0), then 2 (below)
