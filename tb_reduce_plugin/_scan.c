@@ -2651,10 +2651,12 @@ static PyObject *events_may_need_cut(PyObject *mod, PyObject *args) {
 typedef struct {
     char *p;
     size_t n, cap;
+    int fixed; /* p is a bytes object's buffer of cap bytes, sized beforehand: never grown */
 } OutText;
 
 static int out_put(OutText *o, const char *s, size_t n) {
     if (n > o->cap - o->n) {
+        if (o->fixed) return -1;
         size_t cap = o->cap ? o->cap : 4096;
         while (n > cap - o->n) {
             if (cap > PY_SSIZE_T_MAX / 2) return -1;
@@ -2788,7 +2790,7 @@ static PyObject *summary_json(PyObject *mod, PyObject *args) {
                           &busy_off))
         return NULL;
     PyObject *result = NULL;
-    OutText o = {NULL, 0, 0};
+    OutText o = {NULL, 0, 0, 0};
     int has_busy = busy != Py_None;
     if (has_busy && (PyObject_GetBuffer(busy, &bbusy, PyBUF_SIMPLE) < 0 ||
                      PyObject_GetBuffer(busy_off, &bboff, PyBUF_SIMPLE) < 0))
@@ -2805,6 +2807,29 @@ static PyObject *summary_json(PyObject *mod, PyObject *args) {
     const int64_t *cnt = bcount.buf, *off = boff.buf, *num = bn.buf, *boffs = has_busy ? bboff.buf : NULL;
     const double *st = bstart.buf, *en = bend.buf;
     const char *bz = has_busy ? bbusy.buf : NULL;
+    /* The text's size at most, every code checked on the way: written then into one bytes
+     * object, cut to its length (a window's summaries of long kernel names are ~6 MB: grown
+     * by doubling and copied into bytes at the end, they spent ~2x their size in copies and
+     * fresh pages). A number takes at most 40 characters, a count 20. */
+    size_t cap = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const char *s;
+        Py_ssize_t len, lab, trk;
+        if (bytes_item(labels, lc[k], &s, &lab) < 0 || bytes_item(tracks, tc[k], &s, &trk) < 0) goto done;
+        size_t one = 2 + (size_t)head.len + (size_t)lab + 30 + 1 + (size_t)trk + 6 + 40 + 7 + 40 + 17 + 20 + 8 + 1 + 2;
+        for (int64_t j = off[k]; j < off[k + 1]; j++) {
+            if (bytes_item(names, code[j], &s, &len) < 0) goto done;
+            one += (size_t)len + 24;
+        }
+        if (has_busy) one += 10 + (size_t)(boffs[k + 1] - boffs[k]);
+        if (one > (size_t)PY_SSIZE_T_MAX - cap) goto nomem;
+        cap += one;
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    if (!result) goto done;
+    o.p = PyBytes_AS_STRING(result);
+    o.cap = cap;
+    o.fixed = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
         const char *s;
         Py_ssize_t len;
@@ -2837,12 +2862,18 @@ static PyObject *summary_json(PyObject *mod, PyObject *args) {
         }
         if (OUT_LIT(&o, "}}") < 0) goto nomem;
     }
-    result = PyBytes_FromStringAndSize(o.p ? o.p : "", (Py_ssize_t)o.n);
+    if (_PyBytes_Resize(&result, (Py_ssize_t)o.n) < 0) result = NULL; /* freed by it */
     goto done;
 nomem:
-    if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (!PyErr_Occurred()) {
+        if (o.fixed) /* the size was misjudged: a bug, never a cut text */
+            PyErr_SetString(PyExc_SystemError, "summary_json: the text outgrew its size");
+        else
+            PyErr_NoMemory();
+    }
+    Py_CLEAR(result);
 done:
-    free(o.p);
+    if (result && PyErr_Occurred()) Py_CLEAR(result); /* a check failed while writing */
     PyBuffer_Release(&head);
     PyBuffer_Release(&btc);
     PyBuffer_Release(&blc);

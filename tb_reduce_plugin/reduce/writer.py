@@ -257,8 +257,9 @@ class Sink:
         self.bytes = 0
 
     def write(self, data: bytes) -> None:
-        self.bytes += len(data)
-        (self._gz or self._file).write(data)
+        if data:
+            self.bytes += len(data)
+            (self._gz or self._file).write(data)
 
     def close(self) -> None:
         if self._gz is not None:
@@ -302,12 +303,14 @@ def write_trace(
         parts = transform_all(raws, policy, native)  # as they are under KEEP: 2 M calls saved at level 0
         # Events are copied from the input as they are: checked at C speed per chunk,
         # and invalid UTF-8 replaced as everywhere else (`model.table.clean_json_text`).
-        sink.write(sep + valid_utf8(b",\n".join(parts)))
+        sink.write(sep)  # apart: `sep + text` would copy the text (megabytes a window)
+        sink.write(valid_utf8(b",\n".join(parts)))
         sep = b",\n"
         written += len(parts)
     summaries = summary_text(plan, tracks, names, native)
     if summaries:
-        sink.write(sep + summaries)
+        sink.write(sep)
+        sink.write(summaries)
         written += len(plan.summaries)
     sink.write(b"\n]")
     for key, value in metadata.items():

@@ -136,3 +136,38 @@ def test_times_are_written_as_repr_writes_them(seed: int, monkeypatch) -> None:
     p = Plan(2, 100, 0.0, 1.0, np.zeros(0, dtype=np.int64), s)
     fast, slow = _both(p, [(1, 2)], ["n"], native)
     assert fast == slow
+
+
+def test_the_longest_numbers_each_field_can_hold_fit_the_text_sized_beforehand(monkeypatch) -> None:
+    """The native text is sized before it is written (a number 40 characters at most, a
+    count 20): counts at the ends of int64, times in repr's longest exponent form, many top
+    names and busy digits come out whole and as Python writes them."""
+    native = _native(monkeypatch)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    start = np.array([-1.7976931348623157e308, -2.2250738585072014e-308, -5e-324, np.nan, 1e22, -1e16 / 3])
+    end = np.array([1.7976931348623157e308, np.inf, -1.2345678901234567e-300, 0.1, -np.inf, 1e16 / 7])
+    n = len(start)
+    tops = 40
+    count = np.array([big, big - 1, 2, small + 2, 1, 3], dtype=np.int64)
+    top_count = np.resize(np.array([big, small, -1, 0], dtype=np.int64), n * tops)
+    busy = np.frombuffer(b"9" * (n * 50), dtype=np.uint8).copy()
+    s = Summaries(np.arange(n, dtype=np.int32) % 2, start, end, count, np.arange(0, n * tops + 1, tops, dtype=np.int64),
+                  np.arange(n * tops, dtype=np.int64) % 7, top_count, np.arange(0, n * 50 + 1, 50, dtype=np.int64), busy)
+    p = Plan(2, 100, 0.0, 1.0, np.zeros(0, dtype=np.int64), s)
+    names = ["x" * 300, None, 12, "ü" * 50, '"\\', "", "z"]
+    fast, slow = _both(p, [(-(1 << 62), "t" * 200), ("p", -5)], names, native)
+    assert fast == slow and fast.count(b'"busy":"') == n
+
+
+def test_one_summary_of_the_longest_numbers_alone_fits_too(monkeypatch) -> None:
+    """Alone, with no short field beside it to leave room: a count of 19 digits (and its
+    "+N more"), a top count of 20 characters, a start and a length of 24 each."""
+    native = _native(monkeypatch)
+    start = np.array([-1.2345678901234567e300])
+    end = 2 * start  # a length of exactly the start: 24 characters as well
+    s = Summaries(np.zeros(1, dtype=np.int32), start, end, np.array([np.iinfo(np.int64).max]),
+                  np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64),
+                  np.array([np.iinfo(np.int64).min]))
+    p = Plan(2, 100, 0.0, 1.0, np.zeros(0, dtype=np.int64), s)
+    fast, slow = _both(p, [(1, 2)], ["n"], native)
+    assert fast == slow and len(repr(float(start[0]))) == len(repr(float(end[0] - start[0]))) == 24
