@@ -19,10 +19,11 @@ ratios; the bodies of the two trees are compared (a change of speed, never of ou
 asked (1601, 1602, ...: the default view's 1,600 buckets and one more each time), each in a
 fresh restarted process: the whole-table plan a restart pays for a view it never made.
 
-`--warm`: a user zooming in a server that has answered before. Per tree, one process (the
-trees in turn) restarts over its cache, asks one window it does not count (the process's
-first: its imports and first mappings), then every width's n windows, each never asked
-before, in that one process; the page cache is whatever the fill left (no drop).
+`--warm`: a user zooming in a server that has answered before. Per tree and round
+(`--rounds`, the trees taking turns), one process restarts over its cache, asks one window
+it does not count (the process's first: its imports and first mappings), then its share of
+every width's n windows, each never asked before; the page cache is whatever the fill left
+(no drop).
 
 It also prints each tree's index folder in bytes an event, by kind of file.
 """
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--widths", type=float, nargs="+", default=[0.1, 0.01, 0.001], help="shares of the trace")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before each window (root)")
     ap.add_argument("--warm", action="store_true", help="every window in one running server per tree (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="--warm: processes a tree, taking turns (default 3)")
     ap.add_argument("--whole", action="store_true", help="whole views at new resolutions instead of windows")
     args = ap.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this tree": REPO}
@@ -155,18 +157,24 @@ def main() -> int:
 
 
 def _warm_rows(args: argparse.Namespace, trees: dict, logs: Path, run: str, host: str, work: Path) -> list:
-    """Per width, each tree's n windows asked in one restarted process of its own (`WARM_CHILD`),
-    the trees in turn; the same windows for both, their bodies compared."""
+    """Per width, each tree's n windows asked in restarted processes of its own (`WARM_CHILD`),
+    one a round (`--rounds`), the trees in turn and their order swapped each round (what a
+    machine does meanwhile, its page cache reclaimed in the background say, falls on both
+    alike); the same windows for both, their bodies compared."""
     windows = [(0.05 + 0.9 * ((i * 0.37 + width * 7) % 1.0) * (1 - width), width)
                for width in args.widths for i in range(args.n)]
-    got: dict = {}
-    for name, tree in trees.items():
-        copy = work / "restarted"
-        subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
-        try:
-            got[name] = run_in(tree, WARM_CHILD, logs, copy, run, host, json.dumps(windows))
-        finally:
-            shutil.rmtree(copy, ignore_errors=True)
+    got: dict = {name: [] for name in trees}
+    rounds = max(1, min(args.rounds, len(windows)))
+    for r in range(rounds):
+        mine = windows[r::rounds]
+        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+            copy = work / "restarted"
+            subprocess.run(["cp", "-al", str(work / f"cache-{name}"), str(copy)], check=True)
+            try:
+                got[name].append(run_in(trees[name], WARM_CHILD, logs, copy, run, host, json.dumps(mine)))
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+    got = {name: [res[k % rounds][k // rounds] for k in range(len(windows))] for name, res in got.items()}
     for k, w in enumerate(windows):
         assert len({(got[n][k]["events"], got[n][k]["digest"]) for n in trees}) == 1, f"different windows at {w}"
     return [(width, {n: [r for r, w in zip(got[n], windows) if w[1] == width] for n in trees}) for width in args.widths]

@@ -165,3 +165,34 @@ def test_the_pages_of_the_rows_asked_for_are_read_and_no_others(tmp_path: Path, 
     monkeypatch.setattr(read_advice, "MAX_RUNS", 10)
     assert not read_advice.will_need(a, np.arange(1 << 12, 1 << 21, 1 << 15))  # 63 runs, past MAX_RUNS: read-ahead's
     assert read_advice.will_need(a, rows)  # all in memory now: nothing more to ask, and nothing wrong
+
+
+def test_which_pages_are_in_memory_is_looked_at_run_by_run_where_the_span_between_is_long(monkeypatch) -> None:
+    """`_resident` over pages in a few runs far apart calls `mincore` on each run alone (a
+    narrow window's rows: looking at the span cost ~2 ms a column), and over a dense set once
+    on its span; either way each page's answer is the kernel's for that page."""
+    import ctypes
+
+    calls = []
+
+    class Libc:
+        def mincore(self, at, size, vec):
+            first, n = at // read_advice._PAGE, size // read_advice._PAGE
+            calls.append((first, n))
+            ctypes.memmove(vec, bytes((p % 3 == 0) for p in range(first, first + n)), n)  # every third page in
+            return 0
+    monkeypatch.setattr(read_advice, "_libc", Libc())
+    sparse = np.array([1000, 1001, 1005, 50_000, 50_003, 900_000], dtype=np.int64)
+    got = read_advice._resident(sparse)
+    assert got.tolist() == [p % 3 == 0 for p in sparse.tolist()]
+    assert calls == [(1000, 6), (50_000, 4), (900_000, 1)]
+    calls.clear()
+    dense = np.arange(2000, 2400, 3, dtype=np.int64) + np.arange(134) % 2
+    got = read_advice._resident(dense)
+    assert got.tolist() == [p % 3 == 0 for p in dense.tolist()] and calls == [(2000, int(dense[-1]) - 2000 + 1)]
+
+    class Failing:
+        def mincore(self, at, size, vec):
+            return -1
+    monkeypatch.setattr(read_advice, "_libc", Failing())
+    assert read_advice._resident(sparse) is None
