@@ -81,8 +81,9 @@ INDEX_VERSION = 3
 # The prepared state's own format: a state of another is dropped quietly and made again.
 # 2: the window index and the flow binding keep orders, not the sorted starts and times;
 # 3: runs of the table's columns kept as such, one value repeated kept once;
-# 4: the window index keeps the instants in time order, the masks each track's rows of the slice order
-PREPARED_VERSION = 4
+# 4: the window index keeps the instants in time order, the masks each track's rows of the slice order;
+# 5: the window index keeps each flow event's binding row beside it (by track and time), not by event
+PREPARED_VERSION = 5
 COLUMNS = ("ph", "ts", "dur", "track", "name", "flow_key", "bind_enclosing", "scope", "counter_event",
            "counter_series", "counter_value", "cat", "step_event", "step_value")
 POSITION_COLUMNS = ("starts", "lengths")

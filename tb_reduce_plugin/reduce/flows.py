@@ -146,7 +146,7 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
     to the next slice, at most the track's reach before it): so only flows with every event
     near a kept slice of its track can be kept, and only they are looked at, found among
     the window index's flow events by (track, time). Each event's binding is the prepared
-    one (its row in the flow binding, `wi.flow_row`), tested against the kept slices of
+    one (its row in the flow binding, `wi.flow_row`, beside it there), tested against the kept slices of
     its track as `_flow_keep` tests it. The same flow events, in the same (ascending) order."""
     fb = _flow_binding(t, sl)
     if len(fb.fidx) == 0 or len(ks) == 0:
@@ -170,17 +170,20 @@ def _flow_keep_window(t: EventTable, sl: SliceTable, wi: WindowIndex, kept_slice
         if int((hi - lo).sum()):
             n = hi - lo
             rows = np.repeat(hi - np.cumsum(n), n) + np.arange(int(n.sum()))
-            found.append(np.asarray(wi.flow_event[r0 + rows]))
+            found.append(r0 + rows)
     if not found:
         return np.zeros(0, dtype=np.int64)
-    near = np.sort(np.concatenate(found))
+    wrows = np.concatenate(found)  # rows of the window index's flows (distinct: the runs are apart)
+    near = np.asarray(wi.flow_event[wrows])
+    by_event = np.argsort(near, kind="stable")
+    near, wrows = near[by_event], wrows[by_event]
     key = np.asarray(t.flow_key[near])
     code, ncodes, count = _key_codes(key)
     whole = count[code] == wi.flow_size[key]  # flows with every event in the span
     ev, code = near[whole], code[whole]
     if len(ev) == 0:
         return ev.astype(np.int64)
-    row = np.asarray(wi.flow_row[np.searchsorted(fb.fidx, ev)])
+    row = np.asarray(wi.flow_row[wrows[whole]])  # each one's row in the binding, read where it was found
     seg_lo = np.array([seg.lo_f for seg in fb.segments] + [np.iinfo(np.int64).max], dtype=np.int64)
     seg_of = np.searchsorted(seg_lo, row, "right") - 1
     ok = np.zeros(len(ev), dtype=bool)

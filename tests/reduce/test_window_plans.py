@@ -97,7 +97,10 @@ def test_the_window_index_made_in_chunks_finds_what_one_pass_finds(oracle_tables
                   "flow_row", "flow_reach", "flow_event", "flow_tracks"):
             assert np.array_equal(np.asarray(getattr(whole, f)), np.asarray(getattr(chunked, f))), (name, f)
         assert whole.counters_sorted == chunked.counters_sorted
-        assert np.array_equal(np.asarray(binding.forder)[np.asarray(whole.flow_row)], np.arange(len(binding.fidx)))
+        # each row's binding row names that row's flow event (`flow_row` lies beside `flow_event`)
+        assert np.array_equal(np.asarray(binding.fidx)[np.asarray(binding.forder)[np.asarray(whole.flow_row)]],
+                              np.asarray(whole.flow_event))
+        assert np.array_equal(np.sort(np.asarray(whole.flow_row)), np.arange(len(binding.fidx)))
         ph = np.asarray(t.ph)
         expect = np.flatnonzero(~np.isnan(np.asarray(t.ts)) & ~np.isin(ph, [ord("X"), ord("B"), ord("E")]))
         assert np.array_equal(np.sort(np.asarray(whole.points)), expect), name
