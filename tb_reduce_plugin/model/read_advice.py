@@ -150,8 +150,7 @@ def will_need(a: np.ndarray, rows: np.ndarray) -> bool:
     pages = pages[~resident]  # in memory already (a warm zoom): nothing to ask for
     if not len(pages):
         return True
-    cut = np.flatnonzero(np.diff(pages) > _GAP_PAGES) + 1  # runs, short gaps read through
-    first, last = pages[np.concatenate(([0], cut))], pages[np.concatenate((cut - 1, [len(pages) - 1]))]
+    first, last = _runs(pages)
     if len(first) > MAX_RUNS or int((last - first + 1).sum()) * _PAGE > MAX_PREFETCH_BYTES:
         return False
     for lo, hi in zip(first.tolist(), last.tolist()):
@@ -164,6 +163,13 @@ def will_need(a: np.ndarray, rows: np.ndarray) -> bool:
 _PAGES_A_CALL = 16
 
 
+def _runs(pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last page of each run of `pages` (sorted, distinct, not empty), gaps of
+    up to `_GAP_PAGES` read through."""
+    cut = np.flatnonzero(np.diff(pages) > _GAP_PAGES) + 1
+    return pages[np.concatenate(([0], cut))], pages[np.concatenate((cut - 1, [len(pages) - 1]))]
+
+
 def _resident(pages: np.ndarray) -> Optional[np.ndarray]:
     """Whether each of `pages` (sorted, distinct page numbers of a mapping) is in memory, by
     `mincore` over each run of them (gaps of up to `_GAP_PAGES` looked at through), or over
@@ -173,11 +179,10 @@ def _resident(pages: np.ndarray) -> Optional[np.ndarray]:
     span cost ~2 ms a column, twelve columns a window."""
     lo = int(pages[0])
     span = int(pages[-1]) - lo + 1
-    cut = np.flatnonzero(np.diff(pages) > _GAP_PAGES) + 1
-    if (len(cut) + 1) * _PAGES_A_CALL >= span:
+    first, last = _runs(pages)
+    if len(first) * _PAGES_A_CALL >= span:
         runs = [(lo, span)]
     else:
-        first, last = pages[np.concatenate(([0], cut))], pages[np.concatenate((cut - 1, [len(pages) - 1]))]
         runs = [(a, b - a + 1) for a, b in zip(first.tolist(), last.tolist())]
     vec = np.zeros(span, dtype=np.uint8)
     for a, n in runs:
