@@ -41,8 +41,10 @@ test: venv lint
 # window plans, the prepared state made in chunks, the fold on two threads and the chunked
 # fold (`test_plan_memory`'s, compared against a whole-track fold on the same busy path);
 # and the suites that switch the native code on and off themselves (both ways, the scan in
-# pieces, the fuzzer: the very runs of `make test`, and `make asan` runs them again).
-# That keeps CI well under 30 minutes.
+# pieces, the fuzzer, the plan's native steps, first instants and summaries' writer, which
+# turn it on "also where the suite runs pure": the very runs of `make test`, and `make asan`
+# runs them again). The index store meets a third of the corpus here (`corpus_for_this_run`
+# in tests/index_support.py), the sweep all of it. That keeps CI well under 30 minutes.
 PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/formats/test_objectstore_s3.py \
 	tests/test_budget*.py tests/test_package_layers.py tests/serve/test_cache.py tests/serve/test_discovery.py \
 	tests/serve/test_gate.py tests/serve/test_plugin_*.py tests/serve/test_runs_etag.py \
@@ -50,7 +52,8 @@ PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/format
 	tests/query/*.py tests/reduce/test_view_resolution.py tests/reduce/test_window_plans.py \
 	tests/reduce/test_fold_threads.py tests/reduce/test_binding_ahead.py tests/index/test_prepared_in_chunks.py \
 	tests/waveforms/*.py tests/formats/test_jax_export_cap.py \
-	tests/test_native_scanner.py tests/test_scan_pieces.py tests/test_native_fuzz.py tests/formats/test_xspace_native.py
+	tests/test_native_scanner.py tests/test_scan_pieces.py tests/test_native_fuzz.py tests/formats/test_xspace_native.py \
+	tests/reduce/test_fold_steps.py tests/reduce/test_points.py tests/reduce/test_summary_json.py
 test-pure: venv
 	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto tests $(foreach g,$(PURE_SKIP),--ignore-glob='$(g)') \
 		--deselect tests/reduce/test_plan_memory.py::test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks

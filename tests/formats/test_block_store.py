@@ -40,14 +40,14 @@ def _chunks_read(monkeypatch: pytest.MonkeyPatch) -> list:
     return read
 
 
-@pytest.mark.parametrize("chunk,rows", [(256 * 1024, 1 << 16), (97, 5)], ids=["default", "tiny"])
+@pytest.mark.parametrize("chunk,rows", [(256 * 1024, 1 << 16), (997, 13)], ids=["default", "tiny"])
 def test_windows_read_through_the_coarse_tier_give_the_bytes_a_fresh_pure_pass_gives(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, rows: int) -> None:
-    """Chunks of 97 bytes and 5 events looked at at a time: nearly every event lies across
+    """Chunks of 997 bytes and 13 events looked at at a time: many events lie across
     chunks, and the tier's parts end anywhere."""
     monkeypatch.setattr(block_store, "TEXT_CHUNK", chunk)
     monkeypatch.setattr(block_store, "_TIER_ROWS", rows)
-    monkeypatch.setattr(block_store, "_GATHER_BYTES", 1 << 20 if rows > 5 else 300)
+    monkeypatch.setattr(block_store, "_GATHER_BYTES", 1 << 20 if rows > 13 else 300)
     with native(False):
         pure = index_file(KINETO)
     windows = [(0, None, None)] + _windows(pure.table)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TESTS
-from index_support import CORPUS, _resum, chrome_traces, copied_gz_trace, identity, reduced, stored_folder
+from index_support import CORPUS, _resum, chrome_traces, copied_gz_trace, corpus_for_this_run, identity, reduced, stored_folder
 from plugin_support import require_corpus
 
 from tb_reduce_plugin.errors import TraceError
@@ -48,7 +48,7 @@ def trace(tmp_path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("path", chrome_traces(), ids=lambda p: p.name[:60])
+@pytest.mark.parametrize("path", corpus_for_this_run(chrome_traces()), ids=lambda p: p.name[:60])
 def test_a_reopened_index_reduces_every_corpus_trace_to_the_bytes_a_fresh_parse_gives(path, tmp_path):
     """Reopened bare (the first plan prepares its state again) and reopened with the state
     the first parse's plans and queries prepared, kept beside it: the same bytes either way."""
@@ -611,7 +611,7 @@ def test_blocks_staged_by_a_live_process_are_not_taken_for_a_dead_builders(tmp_p
 # ---- columns written while they are read (spilled) ---------------------------------------
 
 
-@pytest.mark.parametrize("path", chrome_traces() + [TESTS / "fixtures" / "gpu" / p.name
+@pytest.mark.parametrize("path", corpus_for_this_run(chrome_traces()) + [TESTS / "fixtures" / "gpu" / p.name
                                                     for p in (TESTS / "fixtures" / "gpu")
                                                     .glob("*.json.gz")], ids=lambda p: p.name[:60])
 def test_a_parse_that_writes_its_columns_to_disk_gives_what_a_parse_in_memory_gives(path, tmp_path):

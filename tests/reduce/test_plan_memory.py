@@ -112,7 +112,7 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(ora
     on each."""
     compared = 0
     for k, (_, t) in enumerate(oracle_tables):
-        if len(t) > (2_000 if chunk == 1 else 6_000) and chunk < 100:
+        if len(t) > (2_000 if chunk == 1 else 4_500) and chunk < 100:
             continue
         plan(t, 1)  # the shared state made at the default chunks: the fold's chunks are what is tested here
         for v, (level, window) in enumerate((lv, w) for lv in (1, 2, 4) for w in _windows(t)):
@@ -132,13 +132,17 @@ def test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks(ora
     assert compared >= 3 * 3 * 3
 
 
-@pytest.mark.parametrize("chunk", [4, 997])
+@pytest.mark.parametrize("chunk", [4, 61, 997])
 def test_busy_digits_read_in_chunks_of_any_size_are_those_of_one_pass(monkeypatch, chunk) -> None:
     """The busy share of each summary's buckets sums each slice's part in slice order, so
-    a chunk's edge changes no digit (the reference checker holds the digits to the trace)."""
+    a chunk's edge changes no digit (the reference checker holds the digits to the trace).
+    Chunks of 4 on the small traces only (on the 46 k-event GPU trace they took 20 s of
+    CI for what chunks of 61 show there too)."""
     compared = 0
     for path in (TORCH_GPU, STALLED, XSPACE):
         t = index_file(path).table
+        if chunk < 10 and len(t) > 5_000:
+            continue
         for level in (1, 2, 4):
             for window in _windows(t):
                 whole = plan(t, level, *window)
@@ -148,7 +152,7 @@ def test_busy_digits_read_in_chunks_of_any_size_are_those_of_one_pass(monkeypatc
                 assert np.array_equal(chunked.summaries.busy_offsets, whole.summaries.busy_offsets)
                 assert np.array_equal(chunked.summaries.busy, whole.summaries.busy)
                 compared += len(whole.summaries.busy)
-    assert compared > 1000
+    assert compared > (1000 if chunk >= 10 else 100)
 
 
 
