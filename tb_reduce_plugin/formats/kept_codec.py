@@ -8,6 +8,10 @@ kept 6.7-8.1 % of the text against ISA-L level 1's 7.8-10.2 %, compressed 1.1-1.
 read back 1.4-2.5x as fast. Level 1 keeps ~30 % less again but compresses slower than
 ISA-L, and the keeping is what a zoom asked right after a first view waits for: the whole
 keeping of a 2 GiB trace took 1.74-1.85 s at -3, 1.92-2.25 s at 1, 1.83-1.99 s with ISA-L.
+Asked again for the index's size (kept text is ~28 % of it), on 96 MiB of the 2 GiB Kineto
+trace `bench/gen_kineto_trace.py` makes (`bench/bench_kept_codec.py`, two runs at other
+places): level 1 kept 12-18 % less than -3 but compressed 1.4-1.5x and read back 1.4-1.7x
+slower, and every window reads its chunks back: -3 stays.
 
 Each frame carries its content size and an xxHash64 of its text: a chunk changed on disk
 after the store was checked is an error here, never other bytes, and no frame can make
