@@ -1,13 +1,13 @@
 """A real JAX profile whose `trace.json.gz` export reached JAX's 1,000,000-event cap, recorded
-on the CPU by bench/make_jax_xspace.py: ~25 s, 41 MB of XSpace, 2.15 M events of which the
-export keeps the first million.
+on the CPU by bench/make_jax_xspace.py: ~25 s, 40 MB of XSpace, ~1.07 M events (JAX 0.10) of
+which the export keeps the first million.
 
-Recorded once per machine and shared: three suites need it (the cap in discovery, the
-dashboard's capped label, the XSpace reader past the cap), each in `make test` and two in
-`make test-pure`, and a recording costs 25-45 s of a 2-core CI machine each time. The first
-test process to need it records it under the temp folder, holding a lock (`fcntl.flock`) so
-parallel pytest workers wait for that one recording instead of making their own; the folder's
-name carries what it depends on (JAX's version, the steps, the recorder script's contents), and
+Recorded once per machine and shared: four suites need it (the cap in discovery, the
+dashboard's capped label, the XSpace reader past the cap, the Profile tab's Trace Viewer
+drawing a big XSpace), all in `make test`, and a recording costs 25-45 s of a 2-core CI
+machine each time. The first test process to need it records it under the temp folder,
+holding a lock (`fcntl.flock`) so parallel pytest workers wait for that one recording instead
+of making their own; the folder's name carries what it depends on (JAX's version, the steps, the recorder script's contents), and
 a recording is only used once its `done` marker is written. Each caller gets hard links (or
 copies) of the files in its own folder, so nothing a test does touches the shared one.
 """

@@ -2,8 +2,8 @@
 
 One TensorBoard (XProf's plugin loaded first, then tb-reduce) serves a logdir of two
 Chrome-JSON-only PyTorch runs — which XProf alone cannot open — and, once it is
-recorded, a ~2.3 M-event JAX XSpace (`bench/make_jax_xspace.py --steps 56000`, recorded
-once per module while the Chrome-JSON test runs). Each test opens TensorBoard at
+recorded, a JAX XSpace of over a million events (the recording `jax_export_support` makes
+once per machine and shares with the suites of JAX's export cap: one JAX run fewer per CI). Each test opens TensorBoard at
 `#profile` and acts as a user: picks a session, clicks a slice, types in "Find
 Events...", zooms with `w`. What tb-reduce answers carries `X-Served-By: tb-reduce/…`;
 XProf's own answers carry no such header.
@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 from dashboard_support import CHROMIUM, PYTORCH_DEMO, ROOT, save_shot
+from jax_export_support import record_capped_jax_run
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tensorboard_process import start_tensorboard
 
@@ -36,18 +35,15 @@ pytest.importorskip("xprof", reason="XProf (tensorboard-plugin-profile) is not i
 pytest.importorskip("playwright.sync_api")
 
 STALLED_DEMO = ROOT / "demo_logdir" / "stalled_step"
-MAKE_XSPACE = ROOT / "bench" / "make_jax_xspace.py"
 if not PYTORCH_DEMO.is_dir() or not STALLED_DEMO.is_dir():
     pytest.skip("demo_logdir's PyTorch profiles are absent", allow_module_level=True)
 
 PT_RUN = "pytorch_cnn"
 PT_HOST = sorted(p.name for p in PYTORCH_DEMO.glob("*.pt.trace.json*"))[0].split(".pt.trace.json")[0]
 XS_RUN_DIR = "jax_big"
-XS_STEPS = 56_000  # ~2.3 M events, ~88 MB of XSpace
-XS_RECORD_TIMEOUT_S = 600
 SERVED_BY = "tb-reduce"
 DATA_PATH = "/data/plugin/profile/data"
-LOAD_TIMEOUT_MS = 180_000  # the first view of the XSpace indexes 2.3 M events (~10 s here; CI may be slower)
+LOAD_TIMEOUT_MS = 180_000  # the first view of the XSpace indexes over a million events (~10 s here; CI may be slower)
 
 # The viewer's state: is it loading, how many slices the catapult model holds, its processes.
 VIEWER_STATE_JS = """() => {
@@ -121,50 +117,31 @@ WORLD_TO_X_JS = """(ms) => {
 
 # ---- the server and its logdir --------------------------------------------------------
 class ProfileTabServer:
-    """TensorBoard with XProf then tb-reduce, over a logdir the XSpace is moved into when recorded."""
+    """TensorBoard with XProf then tb-reduce, over a logdir the XSpace is moved into once recorded."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.logdir = root / "logdir"
         shutil.copytree(PYTORCH_DEMO, self.logdir / PT_RUN)
         shutil.copytree(STALLED_DEMO, self.logdir / STALLED_DEMO.name)
-        # Recorded beside the logdir, moved in whole when done: neither XProf nor
-        # tb-reduce ever sees a half-written XSpace.
-        self.recording_dir = root / "recording"
-        self.recording_began = time.monotonic()
-        self.recording = subprocess.Popen(
-            [sys.executable, str(MAKE_XSPACE), "--steps", str(XS_STEPS), "--out", str(self.recording_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))
         self.xspace_run: str | None = None
         self.xspace_host = ""
         self.record_s = 0.0
-        try:
-            self.tb = start_tensorboard(self.logdir, root / "cache", "--tb_reduce_memory_mb", "4096",
-                                        order="xprof-first")
-        except BaseException:
-            self.recording.kill()
-            self.recording.communicate()
-            raise
+        self.tb = start_tensorboard(self.logdir, root / "cache", "--tb_reduce_memory_mb", "4096",
+                                    order="xprof-first")
         self.url = self.tb.url
 
     def xspace(self) -> str:
-        """Waits for the recording, moves its session into the logdir and returns the run's
-        name in the Profile tab (`jax_big/<session>`), once both plugins list it."""
+        """The shared JAX recording (made now if no suite has made it yet), its session moved
+        into the logdir whole: neither XProf nor tb-reduce ever sees a half-written XSpace.
+        Returns the run's name in the Profile tab (`jax_big/<session>`), once both plugins list it."""
         if self.xspace_run is not None:
             return self.xspace_run
-        try:
-            out, _ = self.recording.communicate(timeout=XS_RECORD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.recording.kill()
-            out, _ = self.recording.communicate()
-            pytest.fail(f"recording the XSpace took over {XS_RECORD_TIMEOUT_S} s:\n{out[-2000:]}")
-        self.record_s = time.monotonic() - self.recording_began
-        assert self.recording.returncode == 0, out[-2000:]
-        sessions = sorted((self.recording_dir / "plugins" / "profile").iterdir())
-        assert len(sessions) == 1, sessions
-        session = sessions[0]
-        xplanes = list(session.glob("*.xplane.pb"))  # named after the recording machine
-        assert len(xplanes) == 1 and xplanes[0].stat().st_size > 50_000_000, xplanes
+        began = time.monotonic()
+        session = record_capped_jax_run(self.root / "recording")  # links to the shared files
+        self.record_s = time.monotonic() - began
+        xplanes = list(session.glob("*.xplane.pb"))
+        assert len(xplanes) == 1 and xplanes[0].stat().st_size > 30_000_000, xplanes
         self.xspace_host = xplanes[0].name[: -len(".xplane.pb")]
         for extra in session.glob("*.trace.json.gz"):  # JAX's own capped JSON: the run is XSpace only
             extra.unlink()
@@ -184,9 +161,6 @@ class ProfileTabServer:
         return run
 
     def stop(self) -> None:
-        if self.recording.poll() is None:
-            self.recording.kill()
-            self.recording.communicate()
         self.tb.stop()
 
 
@@ -409,14 +383,14 @@ def test_the_trace_viewer_draws_a_chrome_json_run_from_tb_reduce_and_its_clicks_
         assert r.status == 200 and served_by(r).startswith(SERVED_BY), (r.url, r.status, r.headers)
 
 
-def test_the_trace_viewer_draws_a_2_3_m_event_xspace_from_tb_reduce_and_zooming_in_asks_tb_reduce_for_the_window(
+def test_the_trace_viewer_draws_a_million_event_xspace_from_tb_reduce_and_zooming_in_asks_tb_reduce_for_the_window(
         profile_page, xspace_run, server):
     page = profile_page
     began = time.monotonic()
     first, viewer, state = open_xspace(page, server, xspace_run)
     first_view_s = time.monotonic() - began
     view = assert_ours(first)
-    assert view["tb_reduce"]["input"]["events"] > 2_000_000, view["tb_reduce"]
+    assert view["tb_reduce"]["input"]["events"] > 1_000_000, view["tb_reduce"]  # past JAX's own JSON export
     host = server.xspace_host
     assert query(page.url).get("tag") == "trace_viewer@" and query(page.url).get("hosts") == host, page.url
     assert any(p.startswith(f"{host} ") for p in state["processes"]), state["processes"]
