@@ -48,26 +48,51 @@ def trace(tmp_path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("path", corpus_for_this_run(chrome_traces()), ids=lambda p: p.name[:60])
-def test_a_reopened_index_reduces_every_corpus_trace_to_the_bytes_a_fresh_parse_gives(path, tmp_path):
-    """Reopened bare (the first plan prepares its state again) and reopened with the state
-    the first parse's plans and queries prepared, kept beside it: the same bytes either way."""
+GPU_FIXTURES = sorted((TESTS / "fixtures" / "gpu").glob("*.json.gz"))
+
+
+@pytest.mark.parametrize("path", corpus_for_this_run(chrome_traces()) + GPU_FIXTURES, ids=lambda p: p.name[:60])
+def test_every_corpus_trace_gives_the_same_bytes_parsed_in_memory_parsed_to_disk_and_reopened(path, tmp_path):
+    """One table three ways: a parse in memory; a parse that writes its columns (and the
+    events' positions) to disk as it reads them, mapped, not the process's memory; and the
+    stored index reopened, bare (the first plan prepares its state again) and with the state
+    the first parse's plans and queries prepared, kept beside it. The same columns and the
+    same bytes every way. (One test a trace: a parse of the biggest is seconds, and the two
+    questions were asked of the same parse.)"""
+    in_memory = index_file(path)
+    spilled = index_file(path, spill_dir=str(tmp_path / "spill"))
+    assert spilled.spill_dir == str(tmp_path / "spill") and isinstance(spilled.table.ts, np.memmap)
+    for c in store_module.COLUMNS:
+        a, b = getattr(in_memory.table, c), getattr(spilled.table, c)
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), c
+    columns = sum(getattr(in_memory.table, c).nbytes for c in ("ph", "ts", "dur", "track", "name", "flow_key",
+                                                                 "bind_enclosing", "scope", "cat"))
+    a, b = in_memory.source.positions, spilled.source.positions
+    assert (a is None) == (b is None)
+    if a is not None:  # the events' positions in the file: written as they are read too, the same
+        assert isinstance(b.starts, np.memmap) and isinstance(b.lengths, np.memmap) or len(a.starts) == 0
+        assert np.array_equal(a.starts, b.starts) and np.array_equal(a.lengths, b.lengths)
+        assert (a.starts.dtype, a.lengths.dtype, a.crc, a.text_bytes) == (b.starts.dtype, b.lengths.dtype, b.crc,
+                                                                          b.text_bytes)
+        columns += a.starts.nbytes + a.lengths.nbytes
+    assert spilled.memory_bytes() <= in_memory.memory_bytes() - columns  # mapped: not the process's memory
+
     store = IndexStore(str(tmp_path / "index"), 1 << 34)
-    parsed = index_file(path)
-    assert store.save(parsed)
+    assert store.save(in_memory)
     bare = indexed(store, str(path))
     assert bare.extra.get("stored_index") is True and not bare.prepared.ready_fields()
-    assert bare.events == parsed.events
-    lo, hi = default_window(parsed.table)
+    assert bare.events == in_memory.events
+    lo, hi = default_window(in_memory.table)
     inner = (lo + (hi - lo) * 0.3, lo + (hi - lo) * 0.4)
     views = [(level, (None, None)) for level in (0, 2, 4, "auto")] + [(1, inner)]
-    expected = [reduced(parsed, level, window) for level, window in views]
-    table = aggregate(parsed.table, None, None)
-    steps = derive(parsed.table).to_json()
-    hits = search(parsed.table, compile_query("a"), None, None)
-    assert store.save_prepared(parsed)
+    expected = [reduced(in_memory, level, window) for level, window in views]
+    assert [reduced(spilled, level) for level in (0, 2)] == expected[:2]
+    table = aggregate(in_memory.table, None, None)
+    steps = derive(in_memory.table).to_json()
+    hits = search(in_memory.table, compile_query("a"), None, None)
+    assert store.save_prepared(in_memory)
     kept = indexed(store, str(path))
-    assert kept.prepared.ready_fields() == parsed.prepared.ready_fields()
+    assert kept.prepared.ready_fields() == in_memory.prepared.ready_fields()
     for index in (bare, kept):
         assert [reduced(index, level, window) for level, window in views] == expected
         assert aggregate(index.table, None, None) == table
@@ -609,31 +634,6 @@ def test_blocks_staged_by_a_live_process_are_not_taken_for_a_dead_builders(tmp_p
 
 
 # ---- columns written while they are read (spilled) ---------------------------------------
-
-
-@pytest.mark.parametrize("path", corpus_for_this_run(chrome_traces()) + [TESTS / "fixtures" / "gpu" / p.name
-                                                    for p in (TESTS / "fixtures" / "gpu")
-                                                    .glob("*.json.gz")], ids=lambda p: p.name[:60])
-def test_a_parse_that_writes_its_columns_to_disk_gives_what_a_parse_in_memory_gives(path, tmp_path):
-    in_memory = index_file(path)
-    spilled = index_file(path, spill_dir=str(tmp_path / "spill"))
-    assert spilled.spill_dir == str(tmp_path / "spill") and isinstance(spilled.table.ts, np.memmap)
-    for c in store_module.COLUMNS:
-        a, b = getattr(in_memory.table, c), getattr(spilled.table, c)
-        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), c
-    for level in (0, 2):
-        assert reduced(spilled, level) == reduced(in_memory, level)
-    columns = sum(getattr(in_memory.table, c).nbytes for c in ("ph", "ts", "dur", "track", "name", "flow_key",
-                                                                 "bind_enclosing", "scope", "cat"))
-    a, b = in_memory.source.positions, spilled.source.positions
-    assert (a is None) == (b is None)
-    if a is not None:  # the events' positions in the file: written as they are read too, the same
-        assert isinstance(b.starts, np.memmap) and isinstance(b.lengths, np.memmap) or len(a.starts) == 0
-        assert np.array_equal(a.starts, b.starts) and np.array_equal(a.lengths, b.lengths)
-        assert (a.starts.dtype, a.lengths.dtype, a.crc, a.text_bytes) == (b.starts.dtype, b.lengths.dtype, b.crc,
-                                                                          b.text_bytes)
-        columns += a.starts.nbytes + a.lengths.nbytes
-    assert spilled.memory_bytes() <= in_memory.memory_bytes() - columns  # mapped: not the process's memory
 
 
 def test_the_positions_of_the_events_are_not_held_in_memory_while_a_spilling_parse_reads(tmp_path):
