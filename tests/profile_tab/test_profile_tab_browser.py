@@ -2,10 +2,10 @@
 
 One TensorBoard (XProf's plugin loaded first, then tb-reduce) serves a logdir of two
 Chrome-JSON-only PyTorch runs — which XProf alone cannot open — and, once it is
-recorded, a JAX XSpace of over a million events (the recording `jax_export_support` makes
-once per machine and shares with the suites of JAX's export cap: one JAX run fewer per CI). Each test opens TensorBoard at
-`#profile` and acts as a user: picks a session, clicks a slice, types in "Find
-Events...", zooms with `w`. What tb-reduce answers carries `X-Served-By: tb-reduce/…`;
+recorded, a JAX XSpace of over a million events (the recording `jax_export_support`
+makes once per machine and shares with the suites of JAX's export cap: one JAX run
+fewer per CI). Each test opens TensorBoard at `#profile` and acts as a user: picks a
+session, clicks a slice, types in "Find Events...", zooms with `w`. What tb-reduce answers carries `X-Served-By: tb-reduce/…`;
 XProf's own answers carry no such header.
 
 The viewer is XProf 2.24's catapult-based `trace_viewer_index.html` (an iframe inside
