@@ -72,6 +72,19 @@ def summaries_per_track(doc: dict) -> Counter:
     return Counter((e.get("pid"), e.get("tid")) for e in doc["traceEvents"] if e.get("cat") == "tb_reduce.summary")
 
 
+def assert_a_screenful(doc: dict, resolution: int) -> None:
+    """Per track, a summary per bucket at most, and one more at each boundary of a kept slice:
+    a kept slice (at least a bucket long, G1) cuts the run of folded slices in the buckets it
+    starts and ends in, and a summary never crosses its boundary (G3). How many slices a
+    recording holds that long varies with the machine's load: one recorded beside two other
+    test workers kept 1,906 on its main thread and drew 1,693 summaries on 1,400 buckets."""
+    summaries = summaries_per_track(doc)
+    kept = Counter((e.get("pid"), e.get("tid")) for e in doc["traceEvents"]
+                   if e.get("ph") == "X" and e.get("cat") != "tb_reduce.summary")
+    for track, n in summaries.items():
+        assert n <= resolution + 2 * kept[track], (track, n, kept[track])
+
+
 # ---- auto with a resolution ---------------------------------------------------------------
 
 
@@ -84,9 +97,10 @@ def test_auto_with_the_screens_resolution_sends_a_screenful_of_the_big_trace(c: 
     assert a["level"] == b["level"] == 1 and a["resolution"] == RESOLUTION[1] and b["resolution"] == SCREEN
     t0, t1 = b["window_us"]
     assert b["window_us"] == a["window_us"] and b["bucket_us"] == pytest.approx((t1 - t0) / SCREEN)
-    # a summary per bucket and track at most: what a screen can show
+    # a summary per bucket and track at most (and at a kept slice's ends): what a screen can show
     per_track = summaries_per_track(fit)
-    assert per_track and max(per_track.values()) <= SCREEN
+    assert per_track
+    assert_a_screenful(fit, SCREEN)
     assert b["output"]["summaries"] == sum(per_track.values())
     # far less to send, parse and hold than auto's whole level
     assert b["output"]["events"] * 20 < a["output"]["events"]
@@ -107,7 +121,7 @@ def test_a_zoomed_window_asks_the_same_resolution_and_gets_finer_buckets(c: Clie
     assert z["window_us"] == [pytest.approx(w0), pytest.approx(w1)]
     if z["level"]:  # the window may be small enough for auto to keep it whole (level 0 ignores resolution)
         assert z["resolution"] == SCREEN and z["bucket_us"] == pytest.approx((w1 - w0) / SCREEN)
-        assert max(summaries_per_track(zoomed).values(), default=0) <= SCREEN
+        assert_a_screenful(zoomed, SCREEN)
     else:
         assert z["resolution"] is None and z["bucket_us"] is None and z["output"]["summaries"] == 0
 
@@ -148,7 +162,8 @@ def test_an_explicit_level_with_a_resolution_is_cut_into_that_many_buckets(c: Cl
     t0, t1 = b["window_us"]
     assert b["bucket_us"] == pytest.approx((t1 - t0) / SCREEN)
     per_track = summaries_per_track(fit)
-    assert per_track and max(per_track.values()) <= SCREEN
+    assert per_track
+    assert_a_screenful(fit, SCREEN)
     assert b["output"]["summaries"] == sum(per_track.values())
     # smaller to send, and its own ETag
     assert b["output"]["events"] < a["output"]["events"] and fit_wire < plain_wire
