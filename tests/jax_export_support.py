@@ -7,9 +7,10 @@ dashboard's capped label, the XSpace reader past the cap, the Profile tab's Trac
 drawing a big XSpace), all in `make test`, and a recording costs 25-45 s of a 2-core CI
 machine each time. The first test process to need it records it under the temp folder,
 holding a lock (`fcntl.flock`) so parallel pytest workers wait for that one recording instead
-of making their own; the folder's name carries what it depends on (JAX's version, the steps, the recorder script's contents), and
-a recording is only used once its `done` marker is written. Each caller gets hard links (or
-copies) of the files in its own folder, so nothing a test does touches the shared one.
+of making their own; the folder's name carries what it depends on (JAX's version, the steps,
+the recorder script's contents), and a recording is only used once its `done` marker is
+written. Each caller gets hard links (or copies) of the files in its own folder, so nothing a
+test does touches the shared one.
 """
 
 from __future__ import annotations

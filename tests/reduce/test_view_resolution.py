@@ -74,10 +74,10 @@ def summaries_per_track(doc: dict) -> Counter:
 
 def assert_a_screenful(doc: dict, resolution: int) -> None:
     """Per track, a summary per bucket at most, and one more at each boundary of a kept slice:
-    a kept slice (at least a bucket long, G1) cuts the run of folded slices in the buckets it
-    starts and ends in, and a summary never crosses its boundary (G3). How many slices a
-    recording holds that long varies with the machine's load: one recorded beside two other
-    test workers kept 1,906 on its main thread and drew 1,693 summaries on 1,400 buckets."""
+    a kept slice (G1 keeps every one at least a bucket long) cuts the run of folded slices in
+    the buckets it starts and ends in, and a summary never crosses its boundary (G3). How many
+    slices a recording holds that long varies with the machine's load: one recorded beside two
+    other test workers kept 1,906 on its main thread and drew 1,693 summaries on 1,400 buckets."""
     summaries = summaries_per_track(doc)
     kept = Counter((e.get("pid"), e.get("tid")) for e in doc["traceEvents"]
                    if e.get("ph") == "X" and e.get("cat") != "tb_reduce.summary")
