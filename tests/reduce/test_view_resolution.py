@@ -102,14 +102,14 @@ def test_auto_with_the_screens_resolution_sends_a_screenful_of_the_big_trace(c: 
     assert per_track
     assert_a_screenful(fit, SCREEN)
     assert b["output"]["summaries"] == sum(per_track.values())
-    # far less to send, parse and hold than auto's whole level
-    assert b["output"]["events"] * 20 < a["output"]["events"]
+    # far less to send, parse and hold than auto's whole level: ~20x on a recording made on an idle
+    # machine, less where a loaded one stretched more slices past a bucket (kept whole, G1): one made
+    # beside two other test workers gave 20.9x fewer events, 20.8x less JSON, 15.3x less on the wire
+    assert b["output"]["events"] * 10 < a["output"]["events"]
     json_a = body_json(get(c, "stats", run=BIG_RUN, host=HOST, args=0, level="auto"))["output"]["json_bytes"]
     json_b = body_json(get(c, "stats", run=BIG_RUN, host=HOST, args=0, level="auto",
                            resolution=SCREEN))["output"]["json_bytes"]
-    # gzip shrinks auto's whole level more than the screenful (its events repeat): 19.5x less on
-    # the wire for a recording made on a loaded machine, where the JSON was 27x less
-    assert json_b * 20 < json_a and fit_wire * 10 < whole_wire
+    assert json_b * 10 < json_a and fit_wire * 10 < whole_wire
     print(f"\nauto: {a['output']['events']:,} events, {json_a:,} B JSON, {whole_wire:,} B gzip; "
           f"auto + resolution={SCREEN}: {b['output']['events']:,} events, {json_b:,} B JSON, {fit_wire:,} B gzip")
 
