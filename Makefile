@@ -50,7 +50,8 @@ test: venv lint
 # runs them again). The index store meets a third of the corpus here (`corpus_for_this_run`
 # in tests/index_support.py), the sweep all of it; the JAX profile of over a million events
 # is read natively only (43 s pure, for the count `make test` checks; the pure XSpace reader
-# meets every corpus XSpace in the sweep). That keeps CI well under 30 minutes.
+# meets every corpus XSpace in the sweep). It takes ~300-350 s of a 2-core machine; CI as a
+# whole took 1,835 s at its last landing (most of it `make test`).
 PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/formats/test_objectstore_s3.py \
 	tests/test_budget*.py tests/test_package_layers.py tests/serve/test_cache.py tests/serve/test_discovery.py \
 	tests/serve/test_gate.py tests/serve/test_plugin_*.py tests/serve/test_runs_etag.py \

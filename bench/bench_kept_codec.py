@@ -28,7 +28,7 @@ from tb_reduce_plugin.formats.block_store import TEXT_CHUNK  # noqa: E402
 
 
 def _text(path: str, mb: int) -> list[bytes]:
-    """The first `mb` MiB past the first 5 % of the text and the last `mb` MiB, in chunks:
+    """The `mb` MiB that follow the text's first `mb` MiB, and its last `mb` MiB, in chunks:
     one pass over the text (a gzip cannot seek without inflating up to where it goes)."""
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
