@@ -50,8 +50,10 @@ test: venv lint
 # runs them again). The index store meets a third of the corpus here (`corpus_for_this_run`
 # in tests/index_support.py), the sweep all of it; the JAX profile of over a million events
 # is read natively only (43 s pure, for the count `make test` checks; the pure XSpace reader
-# meets every corpus XSpace in the sweep). It takes ~300-350 s of a 2-core machine; CI as a
-# whole took 1,835 s at its last landing (most of it `make test`).
+# meets every corpus XSpace in the sweep). It takes ~300-350 s of a 2-core machine alone;
+# `.ci/run` runs it beside `make test` at nice 10, in the CPU `make test` leaves idle (CI as
+# a whole took 1,857 s at its last landing with the two one after the other). PYTEST_EXTRA:
+# more pytest options (`.ci/run`: no cache, a temporary directory of its own).
 PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/formats/test_objectstore_s3.py \
 	tests/test_budget*.py tests/test_package_layers.py tests/serve/test_cache.py tests/serve/test_discovery.py \
 	tests/serve/test_gate.py tests/serve/test_plugin_*.py tests/serve/test_runs_etag.py \
@@ -62,7 +64,7 @@ PURE_SKIP := tests/*browser*.py tests/frontend/*.py tests/live/*.py tests/format
 	tests/test_native_scanner.py tests/test_scan_pieces.py tests/test_native_fuzz.py tests/formats/test_xspace_native.py \
 	tests/reduce/test_fold_steps.py tests/reduce/test_points.py tests/reduce/test_summary_json.py
 test-pure: venv
-	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto tests $(foreach g,$(PURE_SKIP),--ignore-glob='$(g)') \
+	TB_REDUCE_NATIVE=0 $(PY) -m pytest -q -rs -n auto $(PYTEST_EXTRA) tests $(foreach g,$(PURE_SKIP),--ignore-glob='$(g)') \
 		--deselect tests/reduce/test_plan_memory.py::test_folding_tracks_in_chunks_of_any_size_gives_the_plan_of_whole_tracks \
 		--deselect tests/formats/test_xspace.py::test_a_profile_over_a_million_events_is_read_whole_where_jaxs_json_stops
 
