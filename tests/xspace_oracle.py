@@ -64,10 +64,10 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
-def convert(path: str | Path, events: bool = True) -> dict:
-    """The whole XSpace as a Chrome trace document (Object format); with `events` False, its
-    metadata events and `xspace` only (what a count of them needs, without converting
-    every event: 16 s of a million-event JAX profile's test)."""
+def convert(path: str | Path, with_events: bool = True) -> dict:
+    """The whole XSpace as a Chrome trace document (Object format); with `with_events`
+    False, its metadata events and `xspace` only (what a count of them needs, without
+    converting every event: 16 s of a million-event JAX profile's test)."""
     space = XSpaceView.FromString(Path(path).read_bytes())
     meta: list[dict] = []
     events: list[dict] = []
@@ -95,7 +95,7 @@ def convert(path: str | Path, events: bool = True) -> dict:
                 meta.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
                              "args": {"name": _s(ln.display_name or ln.name)}})
                 meta.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": rank}})
-            for ev in ln.events if events else ():
+            for ev in ln.events if with_events else ():
                 md = plane.event_metadata[ev.metadata_id] if ev.metadata_id in plane.event_metadata else None
                 name = _s(md.display_name or md.name) if md is not None else ""
                 args: dict = {}

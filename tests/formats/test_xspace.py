@@ -185,7 +185,7 @@ def test_a_profile_over_a_million_events_is_read_whole_where_jaxs_json_stops(tmp
 
 
 def _meta_events(xplane: Path) -> list[dict]:
-    return [e for e in convert(xplane, events=False)["traceEvents"] if e["ph"] == "M"]
+    return [e for e in convert(xplane, with_events=False)["traceEvents"] if e["ph"] == "M"]
 
 
 def _space_with(lines: list, stat_names: dict[int, str], metadata: dict[int, tuple[str, str]],
